@@ -1,0 +1,12 @@
+// Each subcommand registers itself on the top-level CLI11 app; one file per subcommand.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace regolith::cli {
+
+void add_inspect(CLI::App& app);
+void add_convert(CLI::App& app);
+void add_mkmodel(CLI::App& app);
+
+}  // namespace regolith::cli

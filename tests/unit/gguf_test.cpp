@@ -1,0 +1,5 @@
+#include <gtest/gtest.h>
+
+#include "gguf/gguf.h"
+
+TEST(Gguf, Placeholder) { SUCCEED(); }
