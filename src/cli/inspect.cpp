@@ -37,8 +37,9 @@ void run_inspect(const std::string& path, bool all_metadata) {
     std::printf("attention:  %lld heads / %lld kv of %lld, rope %lld dims theta %g, indexer %lld x %lld top %lld tokens\n",
                 (long long)hp.n_head, (long long)hp.n_head_kv, (long long)hp.head_dim, (long long)hp.n_rot,
                 hp.rope_theta, (long long)hp.indexer_n_head, (long long)hp.indexer_head_dim, (long long)hp.indexer_top_k);
-    std::printf("gdn:        %lld k heads / %lld v heads of %lld, conv %lld\n", (long long)hp.ssm_n_k_heads,
-                (long long)hp.ssm_n_v_heads, (long long)hp.ssm_head_dim, (long long)hp.ssm_conv_kernel);
+    std::printf("gdn:        %lld k heads of %lld, %lld v heads of %lld, conv %lld\n", (long long)hp.ssm_n_k_heads,
+                (long long)hp.ssm_k_head_dim, (long long)hp.ssm_n_v_heads, (long long)hp.ssm_v_head_dim,
+                (long long)hp.ssm_conv_kernel);
     std::printf("moe:        %lld experts, top %lld, width %lld, shared %lld\n", (long long)hp.n_expert,
                 (long long)hp.n_expert_used, (long long)hp.n_ff_exp, (long long)hp.n_ff_shexp);
     std::printf("hc:         %lld streams, low rank %lld\n", (long long)hp.hc_count, (long long)hp.hc_low_rank);

@@ -84,11 +84,11 @@ HfModelConfig read_hf_config(const std::string& hf_dir) {
   hp.n_head = c.integer("num_attention_heads");
   hp.n_head_kv = c.integer("num_key_value_heads");
   hp.head_dim = c.integer_or("head_dim", hp.n_embd / hp.n_head);
-  double partial = c.has("partial_rotary_factor") ? c.number("partial_rotary_factor") : 1.0;
-  hp.n_rot = static_cast<int64_t>(std::llround(hp.head_dim * partial));
-
   const json rope = c.has("rope_parameters") ? c.raw("rope_parameters")
                     : c.has("rope_scaling") ? c.raw("rope_scaling") : json::object();
+  double partial = rope.contains("partial_rotary_factor") ? rope["partial_rotary_factor"].get<double>()
+                   : c.has("partial_rotary_factor") ? c.number("partial_rotary_factor") : 1.0;
+  hp.n_rot = static_cast<int64_t>(std::llround(hp.head_dim * partial));
   if (rope.contains("rope_type") && rope["rope_type"].is_string() && rope["rope_type"] != "default")
     fail(c.source(), ": rope_type '", rope["rope_type"].get<std::string>(), "' is not supported (only default)");
   hp.rope_theta = rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : c.number("rope_theta");
@@ -128,9 +128,8 @@ HfModelConfig read_hf_config(const std::string& hf_dir) {
   for (bool recurrent : hp.is_recurrent) hp.compress_ratios.push_back(recurrent ? 0 : static_cast<int32_t>(ratio));
 
   hp.ssm_conv_kernel = c.integer("linear_conv_kernel_dim");
-  hp.ssm_head_dim = c.integer("linear_key_head_dim");
-  if (c.integer("linear_value_head_dim") != hp.ssm_head_dim)
-    fail(c.source(), ": linear_value_head_dim must equal linear_key_head_dim (GGUF stores one state_size)");
+  hp.ssm_k_head_dim = c.integer("linear_key_head_dim");
+  hp.ssm_v_head_dim = c.integer("linear_value_head_dim");
   hp.ssm_n_k_heads = c.integer("linear_num_key_heads");
   hp.ssm_n_v_heads = c.integer("linear_num_value_heads");
   if (c.has("output_gate_type") && c.raw("output_gate_type") != "sigmoid")
@@ -166,6 +165,7 @@ HfModelConfig read_hf_config(const std::string& hf_dir) {
   }
   cfg.mtp_layers = c.integer_or("mtp_num_hidden_layers", 0);
   cfg.tie_word_embeddings = top.value("tie_word_embeddings", text.value("tie_word_embeddings", false));
+  hp.output_tied = cfg.tie_word_embeddings;
   return cfg;
 }
 

@@ -159,14 +159,14 @@ RowProducer Converter::hc_tensor(const std::string& module, const std::string& p
 
 RowProducer Converter::expert_tensor(const std::string& mlp, const std::string& which, const TensorSpec& spec) {
   int64_t ff = hp_.n_ff_exp;
-  if (const StTensor* fused = which == "down" ? use_if(mlp + ".experts.down_proj") : use_if(mlp + ".experts.gate_up_proj")) {
+  if (const StTensor* fused = which == "down" ? use_if(mlp + "experts.down_proj") : use_if(mlp + "experts.gate_up_proj")) {
     if (which == "down") return copy(*fused, spec);
     check_elements(*fused, spec, 2 * spec_elements(spec));
     int64_t offset = which == "gate" ? 0 : ff;  // per expert: rows [0, ff) gate, [ff, 2ff) up
     return gather_rows(*fused, spec, [ff, offset](int64_t r) { return (r / ff) * 2 * ff + offset + r % ff; });
   }
   std::vector<const StTensor*> per_expert;  // the unfused layout: experts.{e}.{gate,up,down}_proj.weight
-  for (int64_t e = 0; e < hp_.n_expert; ++e) per_expert.push_back(&use(cat(mlp, ".experts.", e, ".", which, "_proj.weight")));
+  for (int64_t e = 0; e < hp_.n_expert; ++e) per_expert.push_back(&use(cat(mlp, "experts.", e, ".", which, "_proj.weight")));
   int64_t rows_per_expert = spec.ne[1];
   for (const StTensor* t : per_expert) check_elements(*t, spec, spec.ne[0] * rows_per_expert);
   int64_t row = spec.ne[0];
@@ -196,7 +196,7 @@ RowProducer Converter::layer_tensor(const std::string& L, const std::string& n, 
   if (n == "indexer.q_norm.weight") return copy(use(attn + "indexer.q_layernorm.weight"), spec, plus_one);
   if (n == "indexer.k_norm.weight") return copy(use(attn + "indexer.k_layernorm.weight"), spec, plus_one);
   // Gated DeltaNet, v-heads reordered to the GGUF tiling
-  int64_t kd = hp_.ssm_key_dim(), dv = hp_.ssm_head_dim;
+  int64_t kd = hp_.ssm_key_dim(), dv = hp_.ssm_v_head_dim;
   auto v_rows = [this, kd, dv](int64_t first_v_row) {
     return [this, kd, dv, first_v_row](int64_t r) {
       if (r < first_v_row) return r;
@@ -241,8 +241,7 @@ RowProducer Converter::layer_tensor(const std::string& L, const std::string& n, 
 RowProducer Converter::producer(const TensorSpec& spec) {
   const std::string& n = spec.name;
   if (n == "token_embd.weight") return copy(use(prefix_ + "embed_tokens.weight"), spec);
-  if (n == "output.weight")
-    return copy(cfg_.tie_word_embeddings ? use(prefix_ + "embed_tokens.weight") : use("lm_head.weight"), spec);
+  if (n == "output.weight") return copy(use("lm_head.weight"), spec);
   if (n.rfind("output_hc_", 0) == 0)
     return hc_tensor(prefix_ + "hyper_connection_mixer", n.substr(10, n.find('.') - 10), spec);
   if (n == "per_layer_token_embd.weight") {

@@ -57,7 +57,7 @@ Qwen4ExpHparams preset_hparams(const std::string& preset, int64_t n_expert) {
     hp.n_head = 4, hp.n_head_kv = 2, hp.head_dim = 32, hp.n_rot = 8;
     hp.rope_sections = {2, 1, 1, 0};
     hp.indexer_n_head = 2, hp.indexer_head_dim = 32, hp.indexer_top_k = 16;
-    hp.ssm_conv_kernel = 4, hp.ssm_head_dim = 32, hp.ssm_n_k_heads = 2, hp.ssm_n_v_heads = 4;
+    hp.ssm_conv_kernel = 4, hp.ssm_k_head_dim = 32, hp.ssm_v_head_dim = 32, hp.ssm_n_k_heads = 2, hp.ssm_n_v_heads = 4;
     hp.n_expert = n_expert > 0 ? n_expert : 8, hp.n_expert_used = 2, hp.n_ff_exp = 32, hp.n_ff_shexp = 32;
     hp.hc_count = 4, hp.hc_low_rank = 32;
     hp.ple_heads_per_ngram = 2, hp.ple_row_dim = 32;
@@ -70,7 +70,7 @@ Qwen4ExpHparams preset_hparams(const std::string& preset, int64_t n_expert) {
     hp.n_head = 24, hp.n_head_kv = 2, hp.head_dim = 256, hp.n_rot = 64;
     hp.rope_sections = {11, 11, 10, 0};
     hp.indexer_n_head = 4, hp.indexer_head_dim = 128, hp.indexer_top_k = 2048;
-    hp.ssm_conv_kernel = 4, hp.ssm_head_dim = 128, hp.ssm_n_k_heads = 16, hp.ssm_n_v_heads = 48;
+    hp.ssm_conv_kernel = 4, hp.ssm_k_head_dim = 128, hp.ssm_v_head_dim = 128, hp.ssm_n_k_heads = 16, hp.ssm_n_v_heads = 48;
     hp.n_expert = n_expert > 0 ? n_expert : 512, hp.n_expert_used = 10, hp.n_ff_exp = 640, hp.n_ff_shexp = 640;
     hp.hc_count = 4, hp.hc_low_rank = 320;
     hp.ple_heads_per_ngram = 8, hp.ple_row_dim = 160;

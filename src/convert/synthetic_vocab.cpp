@@ -41,11 +41,18 @@ void write_synthetic_vocab(GgufWriter& w, const SyntheticVocabOptions& o) {
   // the next byte token, then merged pairs, then unused padding.
   const char* specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   int64_t n_special = std::min<int64_t>(3, o.n_vocab - o.eos_id);
-  if (o.eos_id < 0 || n_special < 1 || o.n_vocab - n_special < 256)
+  // A tiny vocabulary may lack room for all 256 bytes: drop first the 13 bytes that never
+  // occur in UTF-8 (0xC0, 0xC1, 0xF5..0xFF), highest first.
+  int64_t room = o.n_vocab - n_special;
+  int64_t n_dropped = std::max<int64_t>(0, 256 - room);
+  if (o.eos_id < 0 || n_special < 1 || n_dropped > 13)
     fail("synthetic vocabulary: ", o.n_vocab, " tokens with EOS at ", o.eos_id,
-         " leaves no room for the 256 byte tokens");
+         " leaves no room for the byte tokens");
+  std::vector<int> never_utf8 = {0xFF, 0xFE, 0xFD, 0xFC, 0xFB, 0xFA, 0xF9, 0xF8, 0xF7, 0xF6, 0xF5, 0xC1, 0xC0};
+  never_utf8.resize(static_cast<size_t>(n_dropped));
   std::vector<std::string> plain;
-  for (int b = 0; b < 256; ++b) plain.push_back(byte_token(b));
+  for (int b = 0; b < 256; ++b)
+    if (std::find(never_utf8.begin(), never_utf8.end(), b) == never_utf8.end()) plain.push_back(byte_token(b));
   const std::string space = byte_token(' ');
   std::vector<std::pair<std::string, std::string>> pairs;  // a space before each letter, then letter pairs
   for (char c = 'a'; c <= 'z'; ++c) pairs.push_back({space, std::string(1, c)});

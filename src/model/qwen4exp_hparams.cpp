@@ -79,11 +79,13 @@ Qwen4ExpHparams read_hparams(const GgufFile& file) {
   for (int64_t r : m.ints("attention.compress_ratios")) hp.compress_ratios.push_back(static_cast<int32_t>(r));
 
   hp.ssm_conv_kernel = m.integer("ssm.conv_kernel");
-  hp.ssm_head_dim = m.integer("ssm.state_size");
+  hp.ssm_k_head_dim = m.integer("ssm.state_size");
   hp.ssm_n_k_heads = m.integer("ssm.group_count");
   hp.ssm_n_v_heads = m.integer("ssm.time_step_rank");
-  if (m.integer("ssm.inner_size") != hp.ssm_value_dim())
-    fail(file.source(), ": ", key("ssm.inner_size"), " must equal time_step_rank * state_size");
+  int64_t inner = m.integer("ssm.inner_size");
+  if (hp.ssm_n_v_heads <= 0 || inner % hp.ssm_n_v_heads != 0)
+    fail(file.source(), ": ", key("ssm.inner_size"), " must be a multiple of time_step_rank");
+  hp.ssm_v_head_dim = inner / hp.ssm_n_v_heads;
   int64_t interval = m.integer_or("full_attention_interval", 4);
   if (interval <= 0) fail(file.source(), ": ", key("full_attention_interval"), " must be positive");
   for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_recurrent.push_back((il + 1) % interval != 0);
@@ -92,6 +94,8 @@ Qwen4ExpHparams read_hparams(const GgufFile& file) {
   hp.n_expert_used = m.integer("expert_used_count");
   hp.n_ff_exp = m.integer("expert_feed_forward_length");
   hp.n_ff_shexp = m.integer("expert_shared_feed_forward_length");
+
+  hp.output_tied = file.find_tensor("output.weight") == nullptr;
 
   hp.hc_count = m.integer("hyper_connection.count");
   hp.hc_low_rank = m.integer("hyper_connection.low_rank");
@@ -138,7 +142,8 @@ void Qwen4ExpHparams::validate(const std::string& source) const {
          cat("layer ", il, " is ", qsa ? "a QSA layer and needs a positive ratio" : "a GDN layer and needs 0"));
     if (qsa) need(indexer_top_k % compress_ratios[il] == 0, "attention.indexer.top_k", "must be a multiple of the compress ratio");
   }
-  need(ssm_conv_kernel > 0 && ssm_head_dim > 0 && ssm_n_k_heads > 0, "ssm.conv_kernel", "GDN sizes must be positive");
+  need(ssm_conv_kernel > 0 && ssm_k_head_dim > 0 && ssm_v_head_dim > 0 && ssm_n_k_heads > 0, "ssm.conv_kernel",
+       "GDN sizes must be positive");
   need(ssm_n_v_heads > 0 && ssm_n_v_heads % ssm_n_k_heads == 0, "ssm.time_step_rank",
        "must be a positive multiple of ssm.group_count");
   need(n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert, "expert_used_count",
@@ -189,7 +194,7 @@ void write_hparams(GgufWriter& w, const Qwen4ExpHparams& hp) {
   w.set(key("expert_feed_forward_length"), u32(hp.n_ff_exp));
   w.set(key("expert_shared_feed_forward_length"), u32(hp.n_ff_shexp));
   w.set(key("ssm.conv_kernel"), u32(hp.ssm_conv_kernel));
-  w.set(key("ssm.state_size"), u32(hp.ssm_head_dim));
+  w.set(key("ssm.state_size"), u32(hp.ssm_k_head_dim));
   w.set(key("ssm.group_count"), u32(hp.ssm_n_k_heads));
   w.set(key("ssm.time_step_rank"), u32(hp.ssm_n_v_heads));
   w.set(key("ssm.inner_size"), u32(hp.ssm_value_dim()));

@@ -34,10 +34,14 @@ struct Qwen4ExpHparams {
 
   // Gated DeltaNet layers
   int64_t ssm_conv_kernel = 0;
-  int64_t ssm_head_dim = 0;       // ssm.state_size: k and v head width
+  int64_t ssm_k_head_dim = 0;     // ssm.state_size: q/k head width
+  int64_t ssm_v_head_dim = 0;     // ssm.inner_size / ssm.time_step_rank
   int64_t ssm_n_k_heads = 0;      // ssm.group_count
   int64_t ssm_n_v_heads = 0;      // ssm.time_step_rank
   std::vector<bool> is_recurrent; // per trunk layer: GDN (true) or QSA (false)
+
+  // The LM head reuses token_embd (no output.weight), as tied checkpoints convert.
+  bool output_tied = false;
 
   // MoE
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
@@ -55,8 +59,8 @@ struct Qwen4ExpHparams {
   int64_t n_layer_total() const { return n_layer + n_layer_nextn; }
   int64_t hc_dim() const { return hc_count * n_embd; }
   int64_t ple_n_heads() const { return (ple_ngram_size - 1) * ple_heads_per_ngram; }
-  int64_t ssm_key_dim() const { return ssm_n_k_heads * ssm_head_dim; }
-  int64_t ssm_value_dim() const { return ssm_n_v_heads * ssm_head_dim; }
+  int64_t ssm_key_dim() const { return ssm_n_k_heads * ssm_k_head_dim; }
+  int64_t ssm_value_dim() const { return ssm_n_v_heads * ssm_v_head_dim; }
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
   bool is_ple_layer(int64_t il) const;
 

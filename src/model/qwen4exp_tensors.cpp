@@ -69,7 +69,7 @@ void add_gdn(std::vector<TensorSpec>& out, const std::string& b, const Qwen4ExpH
   out.push_back({b + "ssm_a", {hp.ssm_n_v_heads}, TensorClass::GdnDecay});
   out.push_back({b + "ssm_dt.bias", {hp.ssm_n_v_heads}, TensorClass::GdnDtBias});
   out.push_back({b + "ssm_conv1d.weight", {hp.ssm_conv_kernel, hp.ssm_conv_dim()}, TensorClass::Conv});
-  out.push_back({b + "ssm_norm.weight", {hp.ssm_head_dim}, TensorClass::NormPlain});
+  out.push_back({b + "ssm_norm.weight", {hp.ssm_v_head_dim}, TensorClass::NormPlain});
   out.push_back({b + "ssm_out.weight", {hp.ssm_value_dim(), H}, TensorClass::GdnProj});
 }
 
@@ -121,7 +121,7 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const Qwen4ExpHparams& hp, int64_t
     }
   }
   add_hc(out, "output_hc", hp, false);
-  out.push_back({"output.weight", {H, hp.n_vocab}, TensorClass::Output});
+  if (!hp.output_tied) out.push_back({"output.weight", {H, hp.n_vocab}, TensorClass::Output});
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/bpe.h"
@@ -78,7 +79,11 @@ class Tokenizer {
   std::vector<std::string> tokens_;      // stored text
   std::vector<std::string> bytes_;       // decoded bytes
   std::vector<TokenType> types_;
-  std::vector<std::pair<std::string_view, int32_t>> sorted_text_;  // for find_token
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, TextHash, std::equal_to<>> text_to_id_;  // first id wins
   SpecialTokenMatcher all_added_;        // control + user-defined
   SpecialTokenMatcher user_defined_;     // user-defined only
   int32_t bos_id_ = kNoToken, eos_id_ = kNoToken, eot_id_ = kNoToken, pad_id_ = kNoToken;
