@@ -26,13 +26,21 @@ namespace {
 using ElementFn = float (*)(float);
 float identity(float x) { return x; }
 float plus_one(float x) { return x + 1.0f; }             // zero-centred gamma -> 1 + w
-float neg_exp(float x) { return -std::exp(x); }          // A_log -> ssm_a
+// A_log -> ssm_a, through double so the result is the correctly rounded float.
+float neg_exp(float x) { return static_cast<float>(-std::exp(static_cast<double>(x))); }
+
+// Qwen4ExpForConditionalGeneration nests the text model under model.language_model.,
+// Qwen4ExpForCausalLM under model.
+std::string text_prefix(const SafetensorsCheckpoint& ck) {
+  for (const StTensor* t : ck.tensors())
+    if (t->name.rfind("model.language_model.", 0) == 0) return "model.language_model.";
+  return "model.";
+}
 
 class Converter {
  public:
-  Converter(const HfModelConfig& cfg, const SafetensorsCheckpoint& ck) : cfg_(cfg), hp_(cfg.hparams), ck_(ck) {
-    prefix_ = ck.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-  }
+  Converter(const HfModelConfig& cfg, const SafetensorsCheckpoint& ck)
+      : cfg_(cfg), hp_(cfg.hparams), ck_(ck), prefix_(text_prefix(ck)) {}
 
   const StTensor& use(const std::string& name) {
     const StTensor* t = ck_.find(name);
@@ -314,8 +322,7 @@ void convert_hf_to_gguf(const ConvertOptions& o) {
 
   int64_t ple_rows = 0;
   if (!hp.ple_layers.empty()) {
-    std::string prefix = ck.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-    PleHashConstants c = hash_constants(cfg, conv, prefix);
+    PleHashConstants c = hash_constants(cfg, conv, text_prefix(ck));
     hp.ple_multipliers = c.multipliers;
     hp.ple_head_offsets = c.head_offsets;
     hp.ple_head_vocab = c.head_vocab;

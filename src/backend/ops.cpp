@@ -1,0 +1,39 @@
+// Backend-independent pieces of ops.h: tensor views, host reads, and the prefill/decode
+// dispatch of the GDN scan.
+#include <cstring>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace regolith {
+
+Tensor Tensor::reshaped(std::array<int64_t, 4> ne) const {
+  if (ne[0] * ne[1] * ne[2] * ne[3] != n_elements())
+    fail("cannot view tensor ", shape_string(), " as {", ne[0], ", ", ne[1], ", ", ne[2], ", ", ne[3], "}");
+  return Tensor(dtype_, ne, storage_, offset_);
+}
+
+std::string Tensor::shape_string() const { return cat("{", ne_[0], ", ", ne_[1], ", ", ne_[2], ", ", ne_[3], "}"); }
+
+std::vector<float> Backend::read_f32(const Tensor& t) {
+  if (t.dtype() != DType::F32) fail("read_f32 on a non-F32 tensor");
+  std::vector<float> out(t.n_elements());
+  read(t, out.data(), out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<int32_t> Backend::read_i32(const Tensor& t) {
+  if (t.dtype() != DType::I32) fail("read_i32 on a non-I32 tensor");
+  std::vector<int32_t> out(t.n_elements());
+  read(t, out.data(), out.size() * sizeof(int32_t));
+  return out;
+}
+
+void Backend::gdn_scan(const GdnScanArgs& a) {
+  if (a.qkv->ne(1) == 1)
+    gdn_recurrent(a);
+  else
+    gdn_chunked(a);
+}
+
+}  // namespace regolith

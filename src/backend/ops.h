@@ -1,0 +1,220 @@
+// The op vocabulary of the qwen4exp forward pass, as an abstract Backend. Model code
+// (src/model/qwen4exp.cpp) is written once against these ops and never sees which backend runs
+// them; `ref` (src/backend/ref/) is the plain scalar judge, optimized backends implement the same
+// interface and are tested op by op against it (tests/ops/).
+//
+// Shapes are in ggml `ne` order: ne[0] is the innermost, contiguous dimension. Activations are
+// FP32 and stored token-major: a tensor [n, T] holds T contiguous rows of n values. Tensors live in
+// the backend's memory (host for ref/cpu, device for a GPU backend); model code moves data only
+// through write/read/copy. Weights are views of GGUF tensors (any type dequantize_row supports);
+// a backend may stage them elsewhere once, keyed by the Weight's data pointer.
+//
+// Legend: H hidden, S hyper-connection streams, W = S·H, T tokens in the call, E experts,
+// hd head width, nh heads, dk/dv GDN key/value head widths, nk/nv GDN key/value heads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ggml_type.h"
+
+namespace regolith {
+
+enum class DType : uint8_t { F32, I32 };
+
+// A tensor in a backend's memory. Copies share the storage; reshaped() is a view with the same
+// elements under another shape.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, std::array<int64_t, 4> ne, std::shared_ptr<void> storage, int64_t offset = 0)
+      : dtype_(dtype), ne_(ne), storage_(std::move(storage)), offset_(offset) {}
+
+  DType dtype() const { return dtype_; }
+  const std::array<int64_t, 4>& ne() const { return ne_; }
+  int64_t ne(int i) const { return ne_[i]; }
+  int64_t n_elements() const { return ne_[0] * ne_[1] * ne_[2] * ne_[3]; }
+  bool empty() const { return storage_ == nullptr; }
+  Tensor reshaped(std::array<int64_t, 4> ne) const;  // throws when the element count differs
+  std::string shape_string() const;
+
+  // Raw access, for backends only (model code must not dereference: the memory may be a GPU's).
+  float* f32() const { return static_cast<float*>(storage_.get()) + offset_; }
+  int32_t* i32() const { return static_cast<int32_t*>(storage_.get()) + offset_; }
+
+ private:
+  DType dtype_ = DType::F32;
+  std::array<int64_t, 4> ne_{0, 1, 1, 1};
+  std::shared_ptr<void> storage_;
+  int64_t offset_ = 0;  // in elements
+};
+
+// A weight: a read-only view of one GGUF tensor. Row r (of ne[1]·ne[2]·ne[3] rows) starts at
+// data + r·row_bytes and holds ne[0] values of `type`.
+struct Weight {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  std::array<int64_t, 4> ne{0, 1, 1, 1};
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+
+  bool present() const { return data != nullptr; }
+  int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  int64_t n_elements() const { return ne[0] * n_rows(); }
+};
+
+// Hyper-connection read (model-spec §4.2).
+struct HcReadArgs {
+  const Tensor* R = nullptr;        // [W, T] wide residual
+  const Weight* norm = nullptr;     // {W}  grouped RMSNorm gamma (already 1 + w)
+  const Weight* down = nullptr;     // {W, r}
+  const Weight* up = nullptr;       // {r, W}
+  const Weight* inject = nullptr;   // {W, S}, or null for the final mixer
+  int64_t n_streams = 0;            // S
+  float eps = 1e-6f;
+  Tensor* x = nullptr;              // out [H, T]: (1/S)·Σ_s sigmoid(up·silu(down·n/S))_s ⊙ n_s
+  Tensor* inject_w = nullptr;       // out [S, T]: 2·sigmoid((inject·n)/S); unused without inject
+};
+
+// Gated-delta-rule scan of one GDN layer (model-spec §4.4), FP32 state.
+struct GdnScanArgs {
+  const Tensor* qkv = nullptr;      // [2·nk·dk + nv·dv, T] conv output: q | k | v, head-major
+  const Tensor* g = nullptr;        // [nv, T] log decay (<= 0)
+  const Tensor* beta = nullptr;     // [nv, T]
+  Tensor* state = nullptr;          // [dv, dk, nv] S_h[i][j], i over k dims; read and updated
+  Tensor* out = nullptr;            // [dv·nv, T]
+  int64_t n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
+  // v head h reads k/q head h % nk (the GGUF's tiled v-head order, model-spec §6.3 item 3).
+  // q and k are l2-normalised (eps 1e-6 inside the rsqrt); q is scaled by 1/sqrt(dk).
+};
+
+// Pools complete indexer blocks [block_begin, block_end) (model-spec §4.5).
+struct QsaPoolArgs {
+  const Tensor* raw_keys = nullptr; // [d, n_cap] raw indexer keys (no norm, no rope)
+  Tensor* pooled = nullptr;         // [d, n_block_cap] out: rope(rmsnorm(mean of the block's keys))
+  const Weight* k_norm = nullptr;   // {d}
+  int64_t block_begin = 0, block_end = 0, ratio = 0;
+  int64_t n_rot = 0;                // rotated at the block's first position, block·ratio
+  float theta = 0, eps = 1e-6f;
+};
+
+// Per query row: the top min(top_blocks, nb) complete blocks by Σ_h relu(q_h·K_b)/sqrt(d) (ties:
+// lower block index first), nb = (p+1)/ratio, then the incomplete tail [nb·ratio, p].
+struct QsaSelectArgs {
+  const Tensor* iq = nullptr;       // [d, nh_idx, T] indexer queries (normed, rotated)
+  const Tensor* pooled = nullptr;   // [d, >= nb of the last row]
+  std::span<const int64_t> positions;  // [T] absolute positions
+  int64_t ratio = 0, top_blocks = 0;
+  Tensor* sel = nullptr;            // I32 [max_sel, T] out: selected positions, ascending
+  Tensor* n_sel = nullptr;          // I32 [T] out: how many entries of each row are valid
+};
+
+// Gated attention over selected positions (model-spec §4.5).
+struct QsaAttendArgs {
+  const Tensor* q = nullptr;        // [hd, nh, T] normed, rotated
+  const Tensor* gate = nullptr;     // [hd, nh, T] output gate (pre-sigmoid)
+  const Tensor* k_cache = nullptr;  // [hd, nh_kv, n_cap] normed, rotated keys
+  const Tensor* v_cache = nullptr;  // [hd, nh_kv, n_cap]
+  const Tensor* sel = nullptr;      // I32 [max_sel, T]
+  const Tensor* n_sel = nullptr;    // I32 [T]
+  float scale = 0;                  // softmax scale, 1/sqrt(hd)
+  Tensor* out = nullptr;            // [hd·nh, T]: softmax(q·K/…)·V ⊙ sigmoid(gate); q head h uses kv head h/(nh/nh_kv)
+};
+
+// Routed experts (model-spec §4.6): out[:, t] = Σ_k w[k,t]·down_e(silu(gate_e·x_t) ⊙ up_e·x_t), e = ids[k,t].
+struct MoeExpertsArgs {
+  const Tensor* x = nullptr;        // [H, T]
+  const Weight* gate_exps = nullptr;  // {H, F, E}
+  const Weight* up_exps = nullptr;    // {H, F, E}
+  const Weight* down_exps = nullptr;  // {F, H, E}
+  const Tensor* ids = nullptr;      // I32 [k, T]
+  const Tensor* weights = nullptr;  // [k, T]
+  Tensor* out = nullptr;            // [H, T]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory ----
+  virtual Tensor alloc(DType dtype, std::array<int64_t, 4> ne) = 0;  // zero-filled
+  Tensor alloc_f32(int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) { return alloc(DType::F32, {ne0, ne1, ne2, 1}); }
+  virtual void write(Tensor& dst, const void* src, size_t bytes) = 0;  // from host, at the start of dst
+  virtual void read(const Tensor& src, void* dst, size_t bytes) = 0;   // to host, from the start of src
+  // n elements from src[src_off..] to dst[dst_off..] (same dtype), e.g. appending to a cache.
+  virtual void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) = 0;
+  std::vector<float> read_f32(const Tensor& t);
+  std::vector<int32_t> read_i32(const Tensor& t);
+
+  // ---- generic ----
+  // out [ne0, n_ids] = rows ids of table {ne0, rows} (token embedding; PLE n-gram gather, where the
+  // 16 heads' rows of one token land side by side, so out may be shaped [H, T]).
+  virtual void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) = 0;
+  // out [N, T] = W·x; W {K, N}, x [K, T].
+  virtual void mul_mat(const Weight& w, const Tensor& x, Tensor& out) = 0;
+  // out = a + b (same shape; out may alias a).
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out [S·H, T]: every stream a copy of x [H, T].
+  virtual void repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) = 0;
+  // RMSNorm over consecutive groups of `group` values of each row of x: x·rsqrt(mean(x²)+eps)·w.
+  // w {group} (shared by every group, e.g. per head) or {ne0} (grouped HC/PLE norms); null: no w.
+  virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) = 0;
+  // Partial NeoX RoPE in place on x [hd, nh, T]: the first n_rot dims of each head, at positions[t],
+  // inv_freq[i] = theta^(-2i/n_rot) in FP32 (text M-RoPE: all three axes share the position).
+  virtual void rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) = 0;
+  // out = silu(g) ⊙ u.
+  virtual void swiglu(const Tensor& g, const Tensor& u, Tensor& out) = 0;
+  // acc [n, T] += sigmoid(s[0, t])·x[:, t]; s [1, T] (shared-expert gate).
+  virtual void add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) = 0;
+  // Depthwise causal conv + SiLU: out[c,t] = silu(Σ_k w[c,k]·x̃[c, t − (K−1−k)·dilation]) with x̃ the
+  // sequence [history | x]; history [C, (K−1)·dilation] (oldest row first) is updated to the last
+  // (K−1)·dilation inputs. x [C, T], w {K, C}.
+  virtual void causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) = 0;
+
+  // ---- hyper-connections ----
+  virtual void hc_read(const HcReadArgs& a) = 0;
+  // R[s·H + d, t] += inject_w[s, t]·y[d, t]; R [W, T], y [H, T], inject_w [S, T].
+  virtual void hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) = 0;
+
+  // ---- Gated DeltaNet ----
+  // g[h,t] = ssm_a[h]·softplus(alpha[h,t] + dt_bias[h]); beta = sigmoid(beta_raw). [nv, T] each.
+  virtual void gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
+                         Tensor& g, Tensor& beta) = 0;
+  // The delta rule token by token (decode), and the chunked WY/UT form (prefill): equal results.
+  virtual void gdn_recurrent(const GdnScanArgs& a) = 0;
+  virtual void gdn_chunked(const GdnScanArgs& a) = 0;
+  // What model code calls: one token -> recurrent step, more -> chunked scan.
+  virtual void gdn_scan(const GdnScanArgs& a);
+  // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z), per head of x [dv, nv, T]; w {dv} plain gamma.
+  virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) = 0;
+
+  // ---- QSA ----
+  // qg [2·hd, nh, T] (per head: hd query values then hd gate values) -> q, gate [hd, nh, T].
+  virtual void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) = 0;
+  virtual void qsa_pool(const QsaPoolArgs& a) = 0;
+  virtual void qsa_select(const QsaSelectArgs& a) = 0;
+  virtual void qsa_attend(const QsaAttendArgs& a) = 0;
+
+  // ---- MoE ----
+  // Softmax over logits [E, T] (FP32), top k (ties: lower expert id), renormalised to sum 1.
+  virtual void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) = 0;
+  virtual void moe_experts(const MoeExpertsArgs& a) = 0;
+
+  // ---- PLE ----
+  // out[s·H + d, t] = sigmoid(ssqrt(key_s·qry_s / sqrt(H)))·val[d, t], ssqrt(x) = sign(x)·sqrt(max(|x|, 1e-6)).
+  // key, qry [W, T] (normed), val [H, T], out [W, T].
+  virtual void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) = 0;
+};
+
+// Backends by name ("ref", ...); throws naming the unknown backend and listing the known ones.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+std::vector<std::string> backend_names();
+
+}  // namespace regolith

@@ -1,0 +1,231 @@
+// llama_peer: runs a GGUF through llama.cpp (the shared libraries shipped in npm
+// `@node-llama-cpp/linux-x64`, llama.cpp v0.5.0) on the CPU and writes its logits.
+//
+// Compiled at test time by tests/interop/run_interop.sh against the llama.cpp headers of the same
+// release; it uses only the public llama.h / ggml-backend.h API.
+//
+//   llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]
+//                     [--backend-dir DIR] [--kv-f16] [--verbose]
+//       Loads FILE on the CPU, evaluates the tokens as one sequence (whole prompt in one batch, or
+//       in chunks of N tokens; N = 1 is token-by-token decode) with logits requested at every
+//       position, writes them as float32 [positions x vocab] (row-major, little-endian) and prints
+//       a JSON summary on stdout. Exit 0 when every logit is finite, 3 when some are not, 2 when
+//       llama.cpp refuses the file or the evaluation fails, 1 on bad usage.
+//
+//   The caches are F32 unless --kv-f16 (llama.cpp's default F16 K/V cache rounds at about the size
+//   of the comparison tolerance). Comparisons live in regolith_interop_tool (no llama.cpp needed).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+namespace {
+
+bool g_verbose = false;
+
+void log_callback(enum ggml_log_level level, const char* text, void*) {
+  // llama.cpp's loader explains a refusal at ERROR (and WARN) level; keep those, drop the rest
+  // unless --verbose.
+  if (g_verbose || level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
+}
+
+[[noreturn]] void usage_error(const char* msg) {
+  std::fprintf(stderr,
+               "llama_peer: %s\n"
+               "usage: llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]\n"
+               "                         [--backend-dir DIR] [--kv-f16] [--verbose]\n",
+               msg);
+  std::exit(1);
+}
+
+std::vector<llama_token> parse_tokens(const std::string& s) {
+  std::vector<llama_token> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string item = s.substr(i, j - i);
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX) usage_error("--tokens wants comma-separated ids");
+    out.push_back(static_cast<llama_token>(v));
+    i = j + 1;
+  }
+  if (out.empty()) usage_error("--tokens is empty");
+  return out;
+}
+
+std::string meta(const llama_model* model, const char* key) {
+  char buf[256];
+  int n = llama_model_meta_val_str(model, key, buf, sizeof buf);
+  return n < 0 ? std::string("?") : std::string(buf);
+}
+
+int run_logits(int argc, char** argv) {
+  std::string model_path, tokens_arg, out_path, backend_dir;
+  int chunk = 0, threads = 2;
+  bool kv_f16 = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage_error("missing value");
+      return argv[++i];
+    };
+    if (a == "-m") model_path = next();
+    else if (a == "--tokens") tokens_arg = next();
+    else if (a == "--out") out_path = next();
+    else if (a == "--chunk") chunk = std::atoi(next());
+    else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--backend-dir") backend_dir = next();
+    else if (a == "--kv-f16") kv_f16 = true;
+    else if (a == "--verbose") g_verbose = true;
+    else usage_error(("unknown argument " + std::string(a)).c_str());
+  }
+  if (model_path.empty() || tokens_arg.empty()) usage_error("logits needs -m and --tokens");
+  const std::vector<llama_token> tokens = parse_tokens(tokens_arg);
+  const int n_tok = static_cast<int>(tokens.size());
+  if (chunk <= 0 || chunk > n_tok) chunk = n_tok;
+  if (threads <= 0) threads = 1;
+
+  llama_log_set(log_callback, nullptr);
+  // The CPU backend ships as several libggml-cpu-<variant>.so; the registry picks the best one the
+  // machine supports from this directory (by default it would search next to the executable).
+  if (!backend_dir.empty()) ggml_backend_load_all_from_path(backend_dir.c_str());
+  llama_backend_init();
+  if (!ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
+    std::fprintf(stderr, "llama_peer: no CPU backend found (looked in %s)\n",
+                 backend_dir.empty() ? "the default paths" : backend_dir.c_str());
+    return 2;
+  }
+
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  ggml_backend_dev_t cpu_only[2] = {ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), nullptr};
+  mp.devices = cpu_only;
+  llama_model* model = llama_model_load_from_file(model_path.c_str(), mp);
+  if (!model) {
+    std::fprintf(stderr, "llama_peer: llama.cpp failed to load %s (see its messages above)\n", model_path.c_str());
+    return 2;
+  }
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  for (llama_token t : tokens)
+    if (t >= n_vocab) {
+      std::fprintf(stderr, "llama_peer: token %d outside the vocabulary (%d)\n", t, n_vocab);
+      llama_model_free(model);
+      return 1;
+    }
+
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(n_tok < 256 ? 256 : n_tok + 64);
+  cp.n_batch = static_cast<uint32_t>(n_tok);
+  cp.n_ubatch = static_cast<uint32_t>(n_tok);
+  cp.n_seq_max = 1;
+  cp.n_threads = threads;
+  cp.n_threads_batch = threads;
+  cp.no_perf = true;
+  // F32 caches: the default F16 K/V (and indexer key) cache rounds activations at ~1e-3, the size of
+  // the tolerance the comparisons use.
+  cp.type_k = kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+  cp.type_v = kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) {
+    std::fprintf(stderr, "llama_peer: llama.cpp failed to create a context for %s\n", model_path.c_str());
+    llama_model_free(model);
+    return 2;
+  }
+
+  std::vector<float> logits(static_cast<size_t>(n_tok) * n_vocab);
+  llama_batch batch = llama_batch_init(chunk, 0, 1);
+  const int64_t t0 = ggml_time_us();
+  for (int start = 0; start < n_tok; start += chunk) {
+    const int n = std::min(chunk, n_tok - start);
+    batch.n_tokens = n;
+    for (int j = 0; j < n; ++j) {
+      batch.token[j] = tokens[start + j];
+      batch.pos[j] = start + j;
+      batch.n_seq_id[j] = 1;
+      batch.seq_id[j][0] = 0;
+      batch.logits[j] = 1;
+    }
+    const int rc = llama_decode(ctx, batch);
+    if (rc != 0) {
+      std::fprintf(stderr, "llama_peer: llama_decode failed (%d) at positions %d..%d\n", rc, start, start + n - 1);
+      llama_batch_free(batch);
+      llama_free(ctx);
+      llama_model_free(model);
+      return 2;
+    }
+    for (int j = 0; j < n; ++j) {
+      const float* row = llama_get_logits_ith(ctx, j);
+      if (!row) {
+        std::fprintf(stderr, "llama_peer: no logits for batch row %d\n", j);
+        return 2;
+      }
+      std::memcpy(&logits[static_cast<size_t>(start + j) * n_vocab], row, sizeof(float) * n_vocab);
+    }
+  }
+  const double ms = (ggml_time_us() - t0) / 1000.0;
+
+  size_t n_bad = 0;
+  float max_abs = 0.0f;
+  for (float v : logits) {
+    if (!std::isfinite(v)) ++n_bad;
+    else max_abs = std::max(max_abs, std::fabs(v));
+  }
+  if (!out_path.empty()) {
+    FILE* f = std::fopen(out_path.c_str(), "wb");
+    if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() || std::fclose(f) != 0) {
+      std::fprintf(stderr, "llama_peer: cannot write %s\n", out_path.c_str());
+      return 1;
+    }
+  }
+
+  char desc[256];
+  llama_model_desc(model, desc, sizeof desc);
+  std::printf("{\"llama_version\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"desc\": \"%s\", \"n_vocab\": %d, "
+              "\"positions\": %d, \"chunk\": %d, \"threads\": %d, \"decode_ms\": %.2f, \"max_abs_logit\": %.6g, "
+              "\"non_finite\": %zu, \"all_finite\": %s,\n \"argmax\": [",
+              llama_version(), model_path.c_str(), meta(model, "general.architecture").c_str(), desc, n_vocab, n_tok, chunk,
+              threads, ms, max_abs, n_bad, n_bad == 0 ? "true" : "false");
+  for (int p = 0; p < n_tok; ++p) {
+    const float* row = &logits[static_cast<size_t>(p) * n_vocab];
+    int best = 0;
+    for (int v = 1; v < n_vocab; ++v)
+      if (row[v] > row[best]) best = v;
+    std::printf("%s%d", p ? ", " : "", best);
+  }
+  std::printf("],\n \"logits_head\": [");
+  // The first few logits of the first and last position, to eyeball in a log.
+  for (int p : {0, n_tok - 1}) {
+    std::printf("%s[", p ? ", " : "");
+    for (int v = 0; v < std::min(n_vocab, 6); ++v) std::printf("%s%.5g", v ? ", " : "", logits[static_cast<size_t>(p) * n_vocab + v]);
+    std::printf("]");
+    if (n_tok == 1) break;
+  }
+  std::printf("]}\n");
+
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(model);
+  llama_backend_free();
+  return n_bad == 0 ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage_error("missing command");
+  std::string_view cmd = argv[1];
+  if (cmd == "logits") return run_logits(argc, argv);
+  usage_error("unknown command");
+}
