@@ -54,7 +54,8 @@ const Tokenizer& qwen3_tokenizer(const std::string& pre) {
   if (src.empty()) fail("Qwen3 tokenizer.json not available");
   std::string dir = temp_path("qwen3_" + pre);
   fs::create_directories(dir);
-  nlohmann::ordered_json tj = nlohmann::ordered_json::parse(read_file(src + "/tokenizer.json"));
+  // (plain json: ordered_json looks keys up linearly, quadratic over 151k vocabulary entries)
+  nlohmann::json tj = nlohmann::json::parse(read_file(src + "/tokenizer.json"));
   if (pre == "qwen35")
     for (auto& p : tj["pre_tokenizer"]["pretokenizers"])
       if (p["type"] == "Split") p["pattern"]["Regex"] = pre_type_info(PreType::qwen35).hf_regex;
