@@ -5,7 +5,7 @@
 // release; it uses only the public llama.h / ggml-backend.h API.
 //
 //   llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]
-//                     [--backend-dir DIR] [--kv-f16] [--verbose]
+//                     [--backend-dir DIR] [--kv-f16] [--verbose]      (threads: default 1)
 //       Loads FILE on the CPU, evaluates the tokens as one sequence (whole prompt in one batch, or
 //       in chunks of N tokens; N = 1 is token-by-token decode) with logits requested at every
 //       position, writes them as float32 [positions x vocab] (row-major, little-endian) and prints
@@ -72,7 +72,7 @@ std::string meta(const llama_model* model, const char* key) {
 
 int run_logits(int argc, char** argv) {
   std::string model_path, tokens_arg, out_path, backend_dir;
-  int chunk = 0, threads = 2;
+  int chunk = 0, threads = 1;  // tiny models; ggml's spinning pool crawls on busy cores
   bool kv_f16 = false;
   for (int i = 2; i < argc; ++i) {
     std::string_view a = argv[i];
