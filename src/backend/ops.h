@@ -104,8 +104,9 @@ struct QsaPoolArgs {
   float theta = 0, eps = 1e-6f;
 };
 
-// Per query row: the top min(top_blocks, nb) complete blocks by Σ_h relu(q_h·K_b)/sqrt(d) (ties:
-// lower block index first), nb = (p+1)/ratio, then the incomplete tail [nb·ratio, p].
+// Per query row: the top min(top_blocks, nb) complete blocks by Σ_h relu(q_h·K_b)/sqrt(d), nb =
+// (p+1)/ratio, chosen by qsa_top_blocks() (backend/qsa_topk.h: exact ties as transformers on the
+// CPU), then the incomplete tail [nb·ratio, p].
 struct QsaSelectArgs {
   const Tensor* iq = nullptr;       // [d, nh_idx, T] indexer queries (normed, rotated)
   const Tensor* pooled = nullptr;   // [d, >= nb of the last row]

@@ -8,5 +8,7 @@ namespace regolith::cli {
 void add_inspect(CLI::App& app);
 void add_convert(CLI::App& app);
 void add_mkmodel(CLI::App& app);
+void add_run(CLI::App& app);
+void add_logits(CLI::App& app);
 
 }  // namespace regolith::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   regolith::cli::add_inspect(app);
   regolith::cli::add_convert(app);
   regolith::cli::add_mkmodel(app);
+  regolith::cli::add_run(app);
+  regolith::cli::add_logits(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,314 @@
+// The qwen4exp forward pass (model-spec §4.1), one chunk of one sequence:
+//   embed → R = 4 copies → for each layer [PLE at its layer] → HC read → GDN or QSA → HC write
+//   → HC read → MoE → HC write → final HC mixer (no inject, no norm) → LM head.
+// Each line is one backend op on named tensors; every intermediate is offered to the trace hook.
+#include "model/qwen4exp.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace regolith {
+namespace {
+
+constexpr int64_t kInitialCapacity = 256;
+
+class Forward {
+ public:
+  Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, Qwen4ExpState& st,
+          std::span<const int32_t> tokens, const TraceFn& trace)
+      : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), st_(st), tokens_(tokens),
+        trace_(trace), T_(static_cast<int64_t>(tokens.size())) {
+    for (int64_t t = 0; t < T_; ++t) positions_.push_back(st.n_past + t);
+  }
+
+  Tensor run(LogitRows rows) {
+    int64_t H = hp_.n_embd, S = hp_.hc_count;
+    std::vector<int64_t> ids(tokens_.begin(), tokens_.end());
+    Tensor x = f32(H, T_);
+    be_.get_rows(w_.token_embd, ids, x);
+    trace("embd", -1, x);
+    Tensor R = f32(H * S, T_);
+    be_.repeat_streams(x, S, R);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const LayerWeights& L = w_.layers[il];
+      if (L.has_ple) ple(il, L.ple, R);
+      Hc attn = hc_read(L.hc_attn, R, il, "hc_attn");
+      Tensor y = L.recurrent ? gdn(il, L.gdn, attn.x) : qsa(il, L.qsa, attn.x);
+      be_.hc_write(R, y, attn.inject_w);
+      trace("resid_attn", il, R);
+      Hc ffn = hc_read(L.hc_ffn, R, il, "hc_ffn");
+      y = moe(il, L.moe, ffn.x);
+      be_.hc_write(R, y, ffn.inject_w);
+      trace("resid_ffn", il, R);
+    }
+    if (rows == LogitRows::Last && T_ > 1) {
+      Tensor last = f32(H * S, 1);
+      be_.copy(R, (T_ - 1) * H * S, last, 0, H * S);
+      R = last;
+    }
+    Tensor h = hc_read(w_.output_hc, R, -1, "output_hc").x;
+    Tensor logits = mul_mat(w_.output, h);
+    trace("logits", -1, logits);
+    st_.n_past += T_;
+    return logits;
+  }
+
+ private:
+  struct Hc {
+    Tensor x, inject_w;
+  };
+
+  void trace(std::string_view name, int64_t il, const Tensor& t) const {
+    if (trace_) trace_(name, il, t);
+  }
+  Tensor f32(int64_t a, int64_t b = 1, int64_t c = 1) { return be_.alloc_f32(a, b, c); }
+  Tensor mul_mat(const Weight& w, const Tensor& x) {
+    Tensor out = f32(w.ne[1], x.ne(1));
+    be_.mul_mat(w, x, out);
+    return out;
+  }
+  Tensor rms_norm(const Tensor& x, const Weight& w, int64_t group) {
+    Tensor out = f32(x.ne(0), x.ne(1), x.ne(2));
+    be_.rms_norm(x, &w, group, static_cast<float>(hp_.rms_eps), out);
+    return out;
+  }
+
+  Hc hc_read(const HcWeights& w, const Tensor& R, int64_t il, const std::string& name) {
+    Hc out{f32(hp_.n_embd, R.ne(1)), w.inject.present() ? f32(hp_.hc_count, R.ne(1)) : Tensor()};
+    be_.hc_read({.R = &R, .norm = &w.norm, .down = &w.down, .up = &w.up,
+                 .inject = w.inject.present() ? &w.inject : nullptr, .n_streams = hp_.hc_count,
+                 .eps = static_cast<float>(hp_.rms_eps), .x = &out.x, .inject_w = &out.inject_w});
+    trace(name + ".x", il, out.x);
+    if (!out.inject_w.empty()) trace(name + ".inject", il, out.inject_w);
+    return out;
+  }
+
+  // Hashed n-gram rows of this chunk's tokens (model-spec §4.8.2–3): a predecessor counts only when
+  // no EOS lies between it and the token; before the sequence start everything reads as EOS.
+  std::vector<int64_t> ple_rows() {
+    int64_t n_ctx = hp_.ple_ngram_size - 1, nh = hp_.ple_n_heads();
+    uint64_t eos = static_cast<uint64_t>(hp_.ple_eos_token_id);
+    std::vector<int64_t> hist(st_.ple_context.begin(), st_.ple_context.end());
+    hist.insert(hist.end(), tokens_.begin(), tokens_.end());
+    std::vector<int64_t> rows(nh * T_);
+    std::vector<uint64_t> ctx(n_ctx + 1), r(nh);
+    for (int64_t t = 0; t < T_; ++t) {
+      int64_t i = n_ctx + t;
+      ctx[0] = static_cast<uint64_t>(hist[i]);
+      bool cut = false;
+      for (int64_t s = 1; s <= n_ctx; ++s) {
+        if (s > 1 && static_cast<uint64_t>(hist[i - s + 1]) == eos) cut = true;  // an EOS between cuts
+        ctx[s] = cut ? eos : static_cast<uint64_t>(hist[i - s]);
+      }
+      ple_row_ids(ple_hash_, static_cast<uint64_t>(hp_.ple_heads_per_ngram), ctx.data(), r.data());
+      for (int64_t h = 0; h < nh; ++h) rows[t * nh + h] = static_cast<int64_t>(r[h]);
+    }
+    st_.ple_context.assign(hist.end() - n_ctx, hist.end());
+    return rows;
+  }
+
+  void ple(int64_t il, const PleWeights& w, Tensor& R) {
+    int64_t H = hp_.n_embd, S = hp_.hc_count;
+    std::vector<int64_t> rows = ple_rows();
+    Tensor E = f32(H, T_);
+    be_.get_rows(w_.ple_table, rows, E);
+    trace("ple.embd", il, E);
+    Tensor key = rms_norm(mul_mat(w.key, E), w.norm_key, H);
+    Tensor val = mul_mat(w.value, E);
+    Tensor qry = rms_norm(R, w.norm_query, H);
+    Tensor G = f32(H * S, T_);
+    be_.ple_gate(key, qry, val, S, G);
+    trace("ple.gated", il, G);
+    Tensor N = rms_norm(G, w.norm_conv, H);
+    Tensor C = f32(H * S, T_);
+    be_.causal_conv(N, st_.ple_conv, w.conv, hp_.ple_ngram_size, C);
+    trace("ple.conv", il, C);
+    be_.add(R, G, R);
+    be_.add(R, C, R);
+    trace("resid_ple", il, R);
+  }
+
+  Tensor gdn(int64_t il, const GdnWeights& w, const Tensor& a) {
+    Qwen4ExpLayerState& ls = st_.layers[il];
+    int64_t nv = hp_.ssm_n_v_heads;
+    Tensor qkv = mul_mat(w.qkv, a);
+    Tensor z = mul_mat(w.gate, a);
+    Tensor alpha = mul_mat(w.alpha, a), beta_raw = mul_mat(w.beta, a);
+    Tensor u = f32(hp_.ssm_conv_dim(), T_);
+    be_.causal_conv(qkv, ls.conv, w.conv, 1, u);
+    trace("gdn.conv", il, u);
+    Tensor g = f32(nv, T_), beta = f32(nv, T_);
+    be_.gdn_gates(alpha, beta_raw, w.ssm_a, w.dt_bias, g, beta);
+    trace("gdn.g", il, g);
+    trace("gdn.beta", il, beta);
+    Tensor o = f32(hp_.ssm_value_dim(), T_);
+    be_.gdn_scan({.qkv = &u, .g = &g, .beta = &beta, .state = &ls.ssm, .out = &o, .n_k_heads = hp_.ssm_n_k_heads,
+                  .n_v_heads = nv, .dk = hp_.ssm_k_head_dim, .dv = hp_.ssm_v_head_dim});
+    trace("gdn.core", il, o);
+    Tensor on = f32(hp_.ssm_value_dim(), T_);
+    be_.gated_rms_norm(o, z, w.norm, static_cast<float>(hp_.rms_eps), on);
+    trace("gdn.normed", il, on);
+    Tensor y = mul_mat(w.out, on);
+    trace("gdn.out", il, y);
+    return y;
+  }
+
+  Tensor qsa(int64_t il, const QsaWeights& w, const Tensor& a) {
+    Qwen4ExpLayerState& ls = st_.layers[il];
+    int64_t hd = hp_.head_dim, nh = hp_.n_head, nkv = hp_.n_head_kv, di = hp_.indexer_head_dim;
+    int64_t ratio = hp_.compress_ratios[il], n0 = st_.n_past, n_end = n0 + T_;
+    float theta = static_cast<float>(hp_.rope_theta);
+    // Main attention q (with its output gate), k, v; k and v join the cache.
+    Tensor qg = mul_mat(w.q, a).reshaped({2 * hd, nh, T_, 1});
+    Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_);
+    be_.split_q_gate(qg, q, gate);
+    q = rms_norm(q, w.q_norm, hd);
+    be_.rope(q, positions_, hp_.n_rot, theta);
+    Tensor k = rms_norm(mul_mat(w.k, a).reshaped({hd, nkv, T_, 1}), w.k_norm, hd);
+    be_.rope(k, positions_, hp_.n_rot, theta);
+    Tensor v = mul_mat(w.v, a);
+    trace("qsa.q", il, q);
+    trace("qsa.k", il, k);
+    be_.copy(k, 0, ls.k, n0 * hd * nkv, T_ * hd * nkv);
+    be_.copy(v, 0, ls.v, n0 * hd * nkv, T_ * hd * nkv);
+    // Indexer: queries normed + rotated; raw keys cached; blocks completed by this chunk pooled.
+    Tensor iq = rms_norm(mul_mat(w.index_q, a).reshaped({di, hp_.indexer_n_head, T_, 1}), w.index_q_norm, di);
+    be_.rope(iq, positions_, hp_.n_rot, theta);
+    Tensor ik = mul_mat(w.index_k, a);
+    be_.copy(ik, 0, ls.index_keys, n0 * di, T_ * di);
+    int64_t nb = n_end / ratio;
+    if (nb > ls.n_pooled) {
+      be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
+                    .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot, .theta = theta,
+                    .eps = static_cast<float>(hp_.rms_eps)});
+      ls.n_pooled = nb;
+    }
+    int64_t top_blocks = hp_.indexer_top_k / ratio;
+    int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
+    Tensor sel = be_.alloc(DType::I32, {max_sel, T_, 1, 1}), n_sel = be_.alloc(DType::I32, {T_, 1, 1, 1});
+    be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = positions_, .ratio = ratio,
+                    .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
+    trace("qsa.sel", il, sel);
+    trace("qsa.n_sel", il, n_sel);
+    Tensor o = f32(hd * nh, T_);
+    be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v, .sel = &sel, .n_sel = &n_sel,
+                    .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o});
+    trace("qsa.attn", il, o);
+    Tensor y = mul_mat(w.out, o);
+    trace("qsa.out", il, y);
+    return y;
+  }
+
+  Tensor moe(int64_t il, const MoeWeights& w, const Tensor& m) {
+    int64_t H = hp_.n_embd, k = hp_.n_expert_used;
+    Tensor router = mul_mat(w.router, m);
+    trace("moe.router", il, router);
+    Tensor ids = be_.alloc(DType::I32, {k, T_, 1, 1}), weights = f32(k, T_);
+    be_.moe_route(router, k, ids, weights);
+    Tensor y = f32(H, T_);
+    be_.moe_experts({.x = &m, .gate_exps = &w.gate_exps, .up_exps = &w.up_exps, .down_exps = &w.down_exps,
+                     .ids = &ids, .weights = &weights, .out = &y});
+    trace("moe.routed", il, y);
+    Tensor sh = f32(hp_.n_ff_shexp, T_);
+    be_.swiglu(mul_mat(w.shared_gate, m), mul_mat(w.shared_up, m), sh);
+    be_.add_sigmoid_gated(y, mul_mat(w.shared_down, sh), mul_mat(w.shared_gate_inp, m));
+    trace("moe.out", il, y);
+    return y;
+  }
+
+  const Qwen4ExpHparams& hp_;
+  const Qwen4ExpWeights& w_;
+  const PleHashConstants& ple_hash_;
+  Backend& be_;
+  Qwen4ExpState& st_;
+  std::span<const int32_t> tokens_;
+  const TraceFn& trace_;
+  int64_t T_;
+  std::vector<int64_t> positions_;
+};
+
+// Grows the token-indexed caches (QSA K/V, raw and pooled indexer keys) to hold n tokens.
+void reserve(Backend& be, const Qwen4ExpHparams& hp, Qwen4ExpState& st, int64_t n) {
+  if (n <= st.capacity) return;
+  int64_t cap = std::max({n, 2 * st.capacity, kInitialCapacity});
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.is_recurrent[il]) continue;
+    Qwen4ExpLayerState& ls = st.layers[il];
+    auto grow = [&](Tensor& t, std::array<int64_t, 4> ne, int64_t used) {
+      Tensor bigger = be.alloc(DType::F32, ne);
+      if (!t.empty() && used > 0) be.copy(t, 0, bigger, 0, used);
+      t = bigger;
+    };
+    int64_t hd = hp.head_dim, nkv = hp.n_head_kv, di = hp.indexer_head_dim, ratio = hp.compress_ratios[il];
+    grow(ls.k, {hd, nkv, cap, 1}, st.n_past * hd * nkv);
+    grow(ls.v, {hd, nkv, cap, 1}, st.n_past * hd * nkv);
+    grow(ls.index_keys, {di, cap, 1, 1}, st.n_past * di);
+    grow(ls.pooled, {di, cap / ratio + 1, 1, 1}, ls.n_pooled * di);
+  }
+  st.capacity = cap;
+}
+
+Tensor clone_tensor(Backend& be, const Tensor& t) {
+  if (t.empty()) return t;
+  Tensor out = be.alloc(t.dtype(), t.ne());
+  be.copy(t, 0, out, 0, t.n_elements());
+  return out;
+}
+
+}  // namespace
+
+Qwen4ExpState Qwen4ExpState::clone(Backend& be) const {
+  Qwen4ExpState out;
+  out.n_past = n_past;
+  out.capacity = capacity;
+  out.ple_context = ple_context;
+  out.ple_conv = clone_tensor(be, ple_conv);
+  for (const Qwen4ExpLayerState& ls : layers)
+    out.layers.push_back({clone_tensor(be, ls.conv), clone_tensor(be, ls.ssm), clone_tensor(be, ls.k),
+                          clone_tensor(be, ls.v), clone_tensor(be, ls.index_keys), clone_tensor(be, ls.pooled),
+                          ls.n_pooled});
+  return out;
+}
+
+std::shared_ptr<const Qwen4ExpModel> Qwen4ExpModel::load(const std::string& path) {
+  return from_file(GgufFile::open(path));
+}
+
+std::shared_ptr<const Qwen4ExpModel> Qwen4ExpModel::from_file(GgufFile file) {
+  std::shared_ptr<Qwen4ExpModel> m(new Qwen4ExpModel());
+  m->file_ = std::move(file);
+  m->hp_ = read_hparams(m->file_);
+  m->w_ = bind_weights(m->file_, m->hp_);
+  if (!m->hp_.ple_layers.empty()) m->ple_hash_ = check_ple_hash(m->hp_, m->w_.ple_table.ne[1], m->file_.source());
+  return m;
+}
+
+Qwen4ExpState Qwen4ExpModel::new_state(Backend& be) const {
+  Qwen4ExpState st;
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Qwen4ExpLayerState ls;
+    if (hp_.is_recurrent[il]) {
+      ls.conv = be.alloc(DType::F32, {hp_.ssm_conv_dim(), hp_.ssm_conv_kernel - 1, 1, 1});
+      ls.ssm = be.alloc(DType::F32, {hp_.ssm_v_head_dim, hp_.ssm_k_head_dim, hp_.ssm_n_v_heads, 1});
+    }
+    st.layers.push_back(std::move(ls));
+  }
+  if (!hp_.ple_layers.empty()) {
+    st.ple_context.assign(hp_.ple_ngram_size - 1, static_cast<int32_t>(hp_.ple_eos_token_id));
+    st.ple_conv = be.alloc(DType::F32, {hp_.hc_dim(), (hp_.ple_conv_kernel - 1) * hp_.ple_ngram_size, 1, 1});
+  }
+  reserve(be, hp_, st, kInitialCapacity);
+  return st;
+}
+
+Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
+                              const TraceFn& trace) const {
+  if (tokens.empty()) fail("forward: no tokens");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= hp_.n_vocab) fail("token id ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
+  reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()));
+  return Forward(*this, ple_hash_, be, state, tokens, trace).run(rows);
+}
+
+}  // namespace regolith

@@ -1,0 +1,72 @@
+// The qwen4exp text model (model-spec §4): the forward pass written once against backend ops,
+// and the per-sequence state it reads and advances. Prefill and decode are the same code: the ops
+// choose their algorithm by token count (GDN chunked scan vs recurrent step, per-row QSA selection).
+// Not here: batching several sequences, MTP drafting, vision inputs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/ops.h"
+#include "gguf/gguf.h"
+#include "model/ple_hash.h"
+#include "model/qwen4exp_hparams.h"
+#include "model/weights.h"
+
+namespace regolith {
+
+// Per-layer state of one sequence. GDN layers use conv/ssm, QSA layers the caches.
+struct Qwen4ExpLayerState {
+  Tensor conv;        // GDN [C, K−1]: the last K−1 pre-conv qkv rows, oldest first
+  Tensor ssm;         // GDN [dv, dk, nv] FP32 recurrent state
+  Tensor k, v;        // QSA [hd, nh_kv, capacity]: normed + rotated keys, values
+  Tensor index_keys;  // QSA [d_idx, capacity]: raw indexer keys (no norm, no rope)
+  Tensor pooled;      // QSA [d_idx, capacity/ratio]: pooled block keys, cached once a block completes
+  int64_t n_pooled = 0;
+};
+
+struct Qwen4ExpState {
+  int64_t n_past = 0;    // tokens consumed; the next token's position
+  int64_t capacity = 0;  // token slots in the QSA caches
+  std::vector<Qwen4ExpLayerState> layers;
+  std::vector<int32_t> ple_context;  // the last ngram_size−1 token ids (EOS before the first token)
+  Tensor ple_conv;                   // [W, (K−1)·ngram_size]: the last PLE conv inputs, oldest first
+
+  Qwen4ExpState clone(Backend& be) const;  // a deep copy (checkpoint)
+};
+
+// Receives named intermediates: name, layer (−1 outside layers), tensor [n, T]. Off when empty.
+using TraceFn = std::function<void(std::string_view name, int64_t layer, const Tensor& t)>;
+
+enum class LogitRows { All, Last };
+
+class Qwen4ExpModel {
+ public:
+  // Opens and validates a GGUF (hyperparameters, every tensor, the PLE hash constants).
+  static std::shared_ptr<const Qwen4ExpModel> load(const std::string& path);
+  static std::shared_ptr<const Qwen4ExpModel> from_file(GgufFile file);
+
+  const Qwen4ExpHparams& hparams() const { return hp_; }
+  const Qwen4ExpWeights& weights() const { return w_; }
+  const GgufFile& file() const { return file_; }
+
+  Qwen4ExpState new_state(Backend& be) const;
+
+  // Consumes `tokens` at positions state.n_past.. and returns logits [n_vocab, rows] (all tokens,
+  // or the last one only). One call is one chunk: the caller splits long prompts.
+  Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
+                 const TraceFn& trace = {}) const;
+
+ private:
+  Qwen4ExpModel() = default;
+  GgufFile file_;
+  Qwen4ExpHparams hp_;
+  Qwen4ExpWeights w_;
+  PleHashConstants ple_hash_;
+};
+
+}  // namespace regolith

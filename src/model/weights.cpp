@@ -1,0 +1,154 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/qwen4exp_tensors.h"
+#include "quant/rows.h"
+
+namespace regolith {
+namespace {
+
+std::string shape_of(const std::vector<int64_t>& ne) {
+  std::string s = "{";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "}";
+}
+
+bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if ((i < a.size() ? a[i] : 1) != (i < b.size() ? b[i] : 1)) return false;
+  return true;
+}
+
+Weight view(const GgufTensor& t) {
+  Weight w;
+  w.name = t.name;
+  w.type = t.type;
+  for (size_t i = 0; i < t.ne.size() && i < 4; ++i) w.ne[i] = t.ne[i];
+  w.data = t.data;
+  w.row_bytes = row_bytes(t.type, t.ne[0]);
+  return w;
+}
+
+class Binder {
+ public:
+  Binder(const GgufFile& file, const Qwen4ExpHparams& hp, int64_t ple_rows) : file_(file) {
+    for (TensorSpec& s : qwen4exp_tensor_specs(hp, ple_rows)) specs_.emplace(s.name, std::move(s));
+  }
+
+  // Validates every tensor the geometry calls for (in name order), MTP block included.
+  void validate_all() {
+    for (const auto& [name, spec] : specs_) get(name);
+  }
+
+  Weight get(const std::string& name) {
+    auto it = specs_.find(name);
+    if (it == specs_.end()) fail("internal: no tensor spec named ", name);
+    const TensorSpec& spec = it->second;
+    const GgufTensor* t = file_.find_tensor(name);
+    if (!t)
+      fail(file_.source(), ": missing tensor '", name, "' (", tensor_class_name(spec.cls), ", shape ",
+           shape_of(spec.ne), ")");
+    if (!same_shape(t->ne, spec.ne))
+      fail(file_.source(), ": tensor '", name, "' has shape ", t->shape_string(), ", expected ", shape_of(spec.ne));
+    if (!can_dequantize(t->type))
+      fail(file_.source(), ": tensor '", name, "' has type ", type_name(t->type),
+           ", which this engine cannot read (supported: f32, f16, bf16, q8_0)");
+    return view(*t);
+  }
+
+  Weight get_optional(const std::string& name) { return file_.find_tensor(name) ? get(name) : Weight{}; }
+
+ private:
+  const GgufFile& file_;
+  std::map<std::string, TensorSpec> specs_;
+};
+
+HcWeights bind_hc(Binder& b, const std::string& prefix, bool inject) {
+  HcWeights w{b.get(prefix + "_norm.weight"), b.get(prefix + "_down.weight"), b.get(prefix + "_up.weight"), {}};
+  if (inject) w.inject = b.get(prefix + "_inject.weight");
+  return w;
+}
+
+}  // namespace
+
+PleHashConstants check_ple_hash(const Qwen4ExpHparams& hp, int64_t table_rows, const std::string& source) {
+  PleHashConstants c;
+  if (hp.ple_layers.empty()) return c;
+  const uint64_t pad_to = 128;
+  // The successive primes from the first head's vocabulary; base = that prime gives the same list.
+  PleHashConfig cfg;
+  cfg.vocab_size = static_cast<uint64_t>(hp.n_vocab);
+  cfg.ngram_size = static_cast<uint64_t>(hp.ple_ngram_size);
+  cfg.heads_per_ngram = static_cast<uint64_t>(hp.ple_heads_per_ngram);
+  cfg.ngram_vocab_size_base = hp.ple_head_vocab.empty() ? 0 : hp.ple_head_vocab[0];
+  cfg.pad_to = pad_to;
+  PleHashConstants expect = ple_hash_constants(cfg);
+  auto key = [](const char* k) { return cat(kQwen4ExpArch, ".", k); };
+  if (hp.ple_head_vocab != expect.head_vocab)
+    fail(source, ": ", key("ple.head_vocab_sizes"), " are not successive primes (recomputed from ",
+         cfg.ngram_vocab_size_base, ")");
+  if (hp.ple_head_offsets != expect.head_offsets)
+    fail(source, ": ", key("ple.head_offsets"), " are not the prefix sums of the head vocabularies");
+  if (static_cast<uint64_t>(table_rows) != expect.n_rows)
+    fail(source, ": per_layer_token_embd.weight has ", table_rows, " rows, the hash heads address ",
+         expect.head_offsets.back() + expect.head_vocab.back(), " (", expect.n_rows, " padded to ", pad_to, ")");
+  uint64_t bound = 2 * ((0x7fffffffffffffffull / static_cast<uint64_t>(hp.n_vocab)) / 2);
+  for (uint64_t m : hp.ple_multipliers)
+    if (m % 2 == 0 || m >= bound)
+      fail(source, ": ", key("ple.layer_multipliers"), " value ", m, " is not an odd number below ", bound);
+  c = expect;
+  c.multipliers = hp.ple_multipliers;
+  return c;
+}
+
+Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp) {
+  int64_t ple_rows = 0;
+  if (!hp.ple_layers.empty()) {
+    const GgufTensor* table = file.find_tensor("per_layer_token_embd.weight");
+    if (!table) fail(file.source(), ": missing tensor 'per_layer_token_embd.weight' (the PLE n-gram table)");
+    if (table->ne.size() != 2)
+      fail(file.source(), ": tensor 'per_layer_token_embd.weight' has shape ", table->shape_string(), ", expected 2-D");
+    ple_rows = table->ne[1];
+  }
+  Binder b(file, hp, ple_rows);
+  Qwen4ExpWeights w;
+  w.tied_output = hp.output_tied;
+  b.validate_all();
+  w.token_embd = b.get("token_embd.weight");
+  w.output = w.tied_output ? w.token_embd : b.get("output.weight");
+  if (!hp.ple_layers.empty()) w.ple_table = b.get("per_layer_token_embd.weight");
+  w.output_hc = bind_hc(b, "output_hc", false);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    std::string p = cat("blk.", il, ".");
+    LayerWeights L;
+    L.recurrent = hp.is_recurrent[il];
+    L.has_ple = hp.is_ple_layer(il);
+    L.hc_attn = bind_hc(b, p + "hc_attn", true);
+    L.hc_ffn = bind_hc(b, p + "hc_ffn", true);
+    if (L.recurrent) {
+      L.gdn = {b.get(p + "attn_qkv.weight"),  b.get(p + "attn_gate.weight"),   b.get(p + "ssm_alpha.weight"),
+               b.get(p + "ssm_beta.weight"),  b.get(p + "ssm_a"),              b.get(p + "ssm_dt.bias"),
+               b.get(p + "ssm_conv1d.weight"), b.get(p + "ssm_norm.weight"),   b.get(p + "ssm_out.weight")};
+    } else {
+      L.qsa = {b.get(p + "attn_q.weight"),          b.get(p + "attn_k.weight"),         b.get(p + "attn_v.weight"),
+               b.get(p + "attn_output.weight"),     b.get(p + "attn_q_norm.weight"),    b.get(p + "attn_k_norm.weight"),
+               b.get(p + "indexer.q_proj.weight"),  b.get(p + "indexer.k_proj.weight"), b.get(p + "indexer.q_norm.weight"),
+               b.get(p + "indexer.k_norm.weight")};
+    }
+    L.moe = {b.get(p + "ffn_gate_inp.weight"),       b.get(p + "ffn_gate_exps.weight"),  b.get(p + "ffn_up_exps.weight"),
+             b.get(p + "ffn_down_exps.weight"),      b.get(p + "ffn_gate_inp_shexp.weight"),
+             b.get(p + "ffn_gate_shexp.weight"),     b.get(p + "ffn_up_shexp.weight"),   b.get(p + "ffn_down_shexp.weight")};
+    if (L.has_ple) {
+      L.ple = {b.get(p + "ple_key.weight"),        b.get(p + "ple_value.weight"),     b.get(p + "ple_norm_key.weight"),
+               b.get(p + "ple_norm_query.weight"), b.get(p + "ple_norm_conv.weight"), b.get(p + "ple_conv1d.weight")};
+    }
+    w.layers.push_back(std::move(L));
+  }
+  return w;
+}
+
+}  // namespace regolith

@@ -1,0 +1,68 @@
+// Binding a qwen4exp GGUF's tensors to typed weight views (model-spec §6.2). Every tensor of
+// qwen4exp_tensor_specs() must be present with its exact shape and a type the backends can read;
+// anything else is an Error naming the file and the tensor. The views point into the file's memory
+// map, so binding costs no copies and the n-gram table is paged in only where it is read.
+#pragma once
+
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/ple_hash.h"
+#include "model/qwen4exp_hparams.h"
+
+namespace regolith {
+
+class GgufFile;
+
+struct HcWeights {
+  Weight norm, down, up, inject;  // inject absent in the final mixer
+};
+
+struct GdnWeights {
+  Weight qkv, gate, alpha, beta, ssm_a, dt_bias, conv, norm, out;
+};
+
+struct QsaWeights {
+  Weight q, k, v, out, q_norm, k_norm;
+  Weight index_q, index_k, index_q_norm, index_k_norm;
+};
+
+struct MoeWeights {
+  Weight router, gate_exps, up_exps, down_exps;
+  Weight shared_gate_inp, shared_gate, shared_up, shared_down;
+};
+
+struct PleWeights {
+  Weight key, value, norm_key, norm_query, norm_conv, conv;
+};
+
+struct LayerWeights {
+  bool recurrent = true;  // GDN (true) or QSA (false)
+  bool has_ple = false;
+  HcWeights hc_attn, hc_ffn;
+  GdnWeights gdn;
+  QsaWeights qsa;
+  MoeWeights moe;
+  PleWeights ple;
+};
+
+struct Qwen4ExpWeights {
+  Weight token_embd;
+  Weight ple_table;       // per_layer_token_embd, {row_dim, rows}
+  Weight output;          // LM head; token_embd when the file has no output.weight (tied)
+  bool tied_output = false;
+  HcWeights output_hc;
+  std::vector<LayerWeights> layers;  // trunk layers only (an MTP block is validated, not bound)
+};
+
+// The weights of `file` for `hp`; throws Error naming the first missing, misshapen or unreadable tensor.
+Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp);
+
+// Recomputes the PLE hash constants the way transformers builds them and checks the file's
+// arrays (model-spec §4.8.1): head vocabularies are the successive primes from the first one,
+// offsets their prefix sums, and the table has that many rows padded to a multiple of 128. The
+// multipliers depend on a seed that GGUF metadata does not record, so only their form is checked:
+// odd and small enough that token·m stays below 2^63. Returns the constants to hash with.
+PleHashConstants check_ple_hash(const Qwen4ExpHparams& hp, int64_t table_rows, const std::string& source);
+
+}  // namespace regolith

@@ -1,0 +1,57 @@
+#include "runtime/session.h"
+
+#include "core/error.h"
+
+namespace regolith {
+
+Engine::Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend)
+    : model_(std::move(model)), backend_(std::move(backend)) {}
+
+std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_view backend) {
+  auto be = make_backend(backend);
+  return std::make_shared<Engine>(Qwen4ExpModel::load(model_path), std::move(be));
+}
+
+Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) { reset(); }
+
+void Session::reset() {
+  state_ = engine_->model().new_state(engine_->backend());
+  tokens_.clear();
+}
+
+std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOptions& options) {
+  if (options.chunk < 0) fail("eval: negative chunk size");
+  Backend& be = engine_->backend();
+  int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
+  int64_t chunk = options.chunk > 0 ? options.chunk : std::max<int64_t>(n, 1);
+  std::vector<float> out;
+  for (int64_t i = 0; i < n; i += chunk) {
+    auto part = tokens.subspan(i, std::min(chunk, n - i));
+    bool last_chunk = i + chunk >= n;
+    LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
+    if (!options.all_logits && !last_chunk) rows = LogitRows::Last;  // computed, then dropped
+    Tensor logits = engine_->model().forward(be, state_, part, rows, trace_);
+    tokens_.insert(tokens_.end(), part.begin(), part.end());
+    if (options.all_logits || last_chunk) {
+      std::vector<float> l = be.read_f32(logits);
+      if (!options.all_logits) out.clear();
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    if (static_cast<int64_t>(out.size()) % V) fail("eval: logits are not a whole number of rows");
+  }
+  return out;
+}
+
+SessionSnapshot Session::snapshot() const {
+  SessionSnapshot s;
+  s.state_ = state_.clone(engine_->backend());
+  s.tokens_ = tokens_;
+  return s;
+}
+
+void Session::restore(const SessionSnapshot& snapshot) {
+  state_ = snapshot.state_.clone(engine_->backend());
+  tokens_ = snapshot.tokens_;
+}
+
+}  // namespace regolith

@@ -1,0 +1,66 @@
+// The engine API the CLI and server use: an Engine (an immutable model plus the backend that runs
+// it) and Sessions (one sequence each: every piece of per-sequence state, with checkpoints).
+// Callers pass token ids and get logits back; they never see a tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/qwen4exp.h"
+
+namespace regolith {
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend);
+  static std::shared_ptr<Engine> open(const std::string& model_path, std::string_view backend = "ref");
+
+  const Qwen4ExpModel& model() const { return *model_; }
+  Backend& backend() const { return *backend_; }
+  int64_t n_vocab() const { return model_->hparams().n_vocab; }
+
+ private:
+  std::shared_ptr<const Qwen4ExpModel> model_;
+  std::unique_ptr<Backend> backend_;
+};
+
+struct EvalOptions {
+  int64_t chunk = 0;        // tokens per forward call; 0: all at once, 1: token by token
+  bool all_logits = true;   // logits of every token, or only of the last one
+};
+
+// A complete copy of a Session's state at one point of its timeline.
+class SessionSnapshot {
+ private:
+  friend class Session;
+  Qwen4ExpState state_;
+  std::vector<int32_t> tokens_;
+};
+
+class Session {
+ public:
+  explicit Session(std::shared_ptr<Engine> engine);
+
+  // Appends tokens to the timeline; returns logits row-major [rows][n_vocab] (every token, or the last).
+  std::vector<float> eval(std::span<const int32_t> tokens, const EvalOptions& options = {});
+
+  int64_t n_past() const { return state_.n_past; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  SessionSnapshot snapshot() const;
+  void restore(const SessionSnapshot& snapshot);  // the snapshot stays valid for later restores
+  void reset();
+  void set_trace(TraceFn trace) { trace_ = std::move(trace); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  Qwen4ExpState state_;
+  std::vector<int32_t> tokens_;
+  TraceFn trace_;
+};
+
+}  // namespace regolith

@@ -1,0 +1,32 @@
+// Token sampling from one row of logits: top-k, top-p and min-p filters (on the untempered
+// distribution, in that order, as llama.cpp's default chain), then temperature and a seeded draw.
+// Temperature <= 0 is greedy (argmax, lowest id on ties). Deterministic for a given seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+
+namespace regolith {
+
+struct SamplerParams {
+  float temp = 0.8f;    // <= 0: greedy
+  int32_t top_k = 40;   // <= 0: off
+  float top_p = 0.95f;  // >= 1: off
+  float min_p = 0.05f;  // <= 0: off
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params);
+  int32_t sample(std::span<const float> logits);
+
+ private:
+  SamplerParams params_;
+  std::mt19937_64 rng_;
+};
+
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace regolith

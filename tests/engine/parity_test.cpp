@@ -1,0 +1,178 @@
+// Parity with transformers (tests/data/fixtures, made by tools/reference/make_fixtures.py): for
+// every fixture and prompt, logits whole / chunked / token by token and greedy continuations of the
+// engine on the converted F32 GGUF against the reference, plus the QSA selection masks.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "engine_test_util.h"
+#include "gguf/safetensors.h"
+#include "runtime/session.h"
+#include "sample/sampler.h"
+
+namespace regolith::test {
+namespace {
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> out;
+  std::filesystem::path dir(REGOLITH_FIXTURES);
+  if (std::filesystem::exists(dir))
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (std::filesystem::exists(e.path() / "reference.safetensors")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class Reference {
+ public:
+  explicit Reference(const std::string& fixture)
+      : file_(SafetensorsFile::open(std::string(REGOLITH_FIXTURES) + "/" + fixture + "/reference.safetensors")) {
+    for (const StTensor& t : file_.tensors()) index_[t.name] = &t;
+  }
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  const StTensor& get(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) throw std::runtime_error("reference has no " + name);
+    return *it->second;
+  }
+  std::vector<std::string> prompts() const {
+    std::vector<std::string> out;
+    for (int k = 0;; ++k) {
+      std::string name = cat("p", k);
+      if (!has(name + ".tokens")) return out;
+      out.push_back(name);
+    }
+  }
+  std::vector<int32_t> ints(const std::string& name) const {
+    std::vector<int32_t> out;
+    for (int64_t v : get(name).to_i64()) out.push_back(static_cast<int32_t>(v));
+    return out;
+  }
+  std::vector<float> floats(const std::string& name) const { return get(name).to_f32(); }
+
+ private:
+  SafetensorsFile file_;
+  std::map<std::string, const StTensor*> index_;
+};
+
+class Parity : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    engine_ = Engine::open(engine_model(GetParam() + ".f32.gguf"), "ref");
+    ref_ = std::make_unique<Reference>(GetParam());
+    V_ = engine_->n_vocab();
+  }
+  void report(const std::string& prompt, const std::string& mode, const LogitsDiff& d) {
+    std::printf("[parity] %s %s %-10s max|d| %.3e  rel %.3e  argmax mismatches %lld\n", GetParam().c_str(),
+                prompt.c_str(), mode.c_str(), d.max_abs, d.max_rel, (long long)d.argmax_mismatches);
+    expect_within_tolerance(d, GetParam() + " " + prompt + " " + mode);
+  }
+  std::vector<float> eval(const std::vector<int32_t>& tokens, int64_t chunk) {
+    Session s(engine_);
+    return s.eval(tokens, {.chunk = chunk});
+  }
+
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<Reference> ref_;
+  int64_t V_ = 0;
+};
+
+TEST_P(Parity, WholePrompt) {
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    report(p, "whole", compare_logits(eval(tokens, 0), ref_->floats(p + ".logits"), V_));
+  }
+}
+
+TEST_P(Parity, ChunkedLikeReference) {
+  for (const std::string& p : ref_->prompts())
+    for (int chunk : {5, 8}) {
+      std::string name = p + ".logits_chunk" + std::to_string(chunk);
+      if (!ref_->has(name)) continue;
+      report(p, "chunk" + std::to_string(chunk), compare_logits(eval(ref_->ints(p + ".tokens"), chunk), ref_->floats(name), V_));
+    }
+}
+
+// Chunk sizes aligned and not aligned to the compression ratios (4 and 8 in the fixtures).
+TEST_P(Parity, ChunkedOtherSizes) {
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    auto want = ref_->floats(p + ".logits");
+    for (int chunk : {2, 3, 4, 7, 13, 16})
+      report(p, "chunk" + std::to_string(chunk), compare_logits(eval(tokens, chunk), want, V_));
+  }
+}
+
+TEST_P(Parity, TokenByToken) {
+  for (const std::string& p : ref_->prompts())
+    report(p, "decode", compare_logits(eval(ref_->ints(p + ".tokens"), 1), ref_->floats(p + ".logits_decode"), V_));
+}
+
+TEST_P(Parity, GreedyContinuation) {
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    auto want = ref_->ints(p + ".greedy");
+    auto want_logits = ref_->floats(p + ".greedy_logits");
+    Session s(engine_);
+    std::vector<float> logits = s.eval(tokens, {.all_logits = false});
+    std::vector<int32_t> got;
+    std::vector<float> got_logits;
+    for (size_t i = 0; i < want.size(); ++i) {
+      got_logits.insert(got_logits.end(), logits.begin(), logits.end());
+      int32_t next = argmax(logits);
+      got.push_back(next);
+      logits = s.eval(std::vector<int32_t>{next}, {.all_logits = false});
+    }
+    EXPECT_EQ(got, want) << GetParam() << " " << p;
+    report(p, "greedy", compare_logits(got_logits, want_logits, V_));
+  }
+}
+
+// The indexer's selection, row by row, against the reference's attention masks.
+TEST_P(Parity, QsaSelection) {
+  const auto& hp = engine_->model().hparams();
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    int64_t T = static_cast<int64_t>(tokens.size());
+    std::map<int64_t, std::vector<int32_t>> sel, n_sel;
+    Session s(engine_);
+    s.set_trace([&](std::string_view name, int64_t il, const Tensor& t) {
+      if (name == "qsa.sel") sel[il] = engine_->backend().read_i32(t);
+      if (name == "qsa.n_sel") n_sel[il] = engine_->backend().read_i32(t);
+    });
+    s.eval(tokens);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      if (hp.is_recurrent[il]) continue;
+      auto mask = ref_->get(p + ".qsa_sel.L" + std::to_string(il)).to_i64();
+      ASSERT_EQ(static_cast<int64_t>(mask.size()), T * T);
+      ASSERT_TRUE(sel.count(il));
+      int64_t max_sel = static_cast<int64_t>(sel[il].size()) / T;
+      int64_t rows_differ = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int64_t> ours(T, 0);
+        for (int64_t j = 0; j < n_sel[il][t]; ++j) ours[sel[il][t * max_sel + j]] = 1;
+        if (!std::equal(ours.begin(), ours.end(), mask.begin() + t * T)) {
+          ++rows_differ;
+          std::string a, b;
+          for (int64_t j = 0; j < T; ++j) {
+            if (ours[j]) a += std::to_string(j) + ",";
+            if (mask[t * T + j]) b += std::to_string(j) + ",";
+          }
+          ADD_FAILURE() << GetParam() << " " << p << " layer " << il << " row " << t << "\n ours " << a << "\n  ref " << b;
+        }
+      }
+      EXPECT_EQ(rows_differ, 0) << GetParam() << " " << p << " layer " << il;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::ValuesIn(fixture_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace regolith::test
