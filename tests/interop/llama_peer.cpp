@@ -5,15 +5,19 @@
 // release; it uses only the public llama.h / ggml-backend.h API.
 //
 //   llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]
-//                     [--backend-dir DIR] [--kv-f16] [--verbose]      (threads: default 1)
+//                     [--backend-dir DIR] [--cpu-variant NAME] [--extra-bufts] [--kv-f16] [--verbose]
 //       Loads FILE on the CPU, evaluates the tokens as one sequence (whole prompt in one batch, or
 //       in chunks of N tokens; N = 1 is token-by-token decode) with logits requested at every
 //       position, writes them as float32 [positions x vocab] (row-major, little-endian) and prints
 //       a JSON summary on stdout. Exit 0 when every logit is finite, 3 when some are not, 2 when
 //       llama.cpp refuses the file or the evaluation fails, 1 on bad usage.
 //
-//   The caches are F32 unless --kv-f16 (llama.cpp's default F16 K/V cache rounds at about the size
-//   of the comparison tolerance). Comparisons live in regolith_interop_tool (no llama.cpp needed).
+//   Defaults chosen for a reference, not for speed: one thread; F32 K/V caches (llama.cpp's default
+//   F16 cache rounds at about the size of the comparison tolerance; --kv-f16 restores it); no
+//   "extra" weight buffer types (the AMX / repacked-weight matmuls: --extra-bufts enables them; on
+//   a Sapphire Rapids CPU, v0.5.0's AMX Q8_0 path gives wrong logits for batches of >= 32 tokens on
+//   the tiny models); the best CPU variant of --backend-dir unless --cpu-variant NAME picks
+//   libggml-cpu-NAME.so. Comparisons live in regolith_interop_tool (no llama.cpp needed).
 
 #include <algorithm>
 #include <cmath>
@@ -42,7 +46,7 @@ void log_callback(enum ggml_log_level level, const char* text, void*) {
   std::fprintf(stderr,
                "llama_peer: %s\n"
                "usage: llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]\n"
-               "                         [--backend-dir DIR] [--kv-f16] [--verbose]\n",
+               "                         [--backend-dir DIR] [--cpu-variant NAME] [--extra-bufts] [--kv-f16] [--verbose]\n",
                msg);
   std::exit(1);
 }
@@ -73,7 +77,8 @@ std::string meta(const llama_model* model, const char* key) {
 int run_logits(int argc, char** argv) {
   std::string model_path, tokens_arg, out_path, backend_dir;
   int chunk = 0, threads = 1;  // tiny models; ggml's spinning pool crawls on busy cores
-  bool kv_f16 = false;
+  bool kv_f16 = false, extra_bufts = false;
+  std::string cpu_variant;
   for (int i = 2; i < argc; ++i) {
     std::string_view a = argv[i];
     auto next = [&]() -> const char* {
@@ -87,6 +92,8 @@ int run_logits(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(next());
     else if (a == "--backend-dir") backend_dir = next();
     else if (a == "--kv-f16") kv_f16 = true;
+    else if (a == "--cpu-variant") cpu_variant = next();
+    else if (a == "--extra-bufts") extra_bufts = true;
     else if (a == "--verbose") g_verbose = true;
     else usage_error(("unknown argument " + std::string(a)).c_str());
   }
@@ -99,7 +106,15 @@ int run_logits(int argc, char** argv) {
   llama_log_set(log_callback, nullptr);
   // The CPU backend ships as several libggml-cpu-<variant>.so; the registry picks the best one the
   // machine supports from this directory (by default it would search next to the executable).
-  if (!backend_dir.empty()) ggml_backend_load_all_from_path(backend_dir.c_str());
+  if (!cpu_variant.empty()) {
+    const std::string lib = (backend_dir.empty() ? std::string(".") : backend_dir) + "/libggml-cpu-" + cpu_variant + ".so";
+    if (!ggml_backend_load(lib.c_str())) {
+      std::fprintf(stderr, "llama_peer: cannot load the CPU backend %s (does this CPU support it?)\n", lib.c_str());
+      return 2;
+    }
+  } else if (!backend_dir.empty()) {
+    ggml_backend_load_all_from_path(backend_dir.c_str());
+  }
   llama_backend_init();
   if (!ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
     std::fprintf(stderr, "llama_peer: no CPU backend found (looked in %s)\n",
@@ -109,6 +124,7 @@ int run_logits(int argc, char** argv) {
 
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
+  mp.use_extra_bufts = extra_bufts;
   ggml_backend_dev_t cpu_only[2] = {ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), nullptr};
   mp.devices = cpu_only;
   llama_model* model = llama_model_load_from_file(model_path.c_str(), mp);
