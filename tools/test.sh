@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds regolith and runs every CPU test; then rebuilds the format readers and their
+# tests under AddressSanitizer + UBSan and runs the unit and fuzz suites there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+ninja -C build -j "$jobs"
+ctest --test-dir build -L cpu -j "$jobs" --output-on-failure
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREGOLITH_SANITIZE=ON
+ninja -C build-asan -j "$jobs" regolith_unit_tests regolith_fuzz_tests regolith
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan -R '^(Gguf|Safetensors|FormatFuzz|PleHash|ModelLayout|Half|QuantRows|convert_)' -j "$jobs" --output-on-failure
