@@ -10,5 +10,6 @@ void add_convert(CLI::App& app);
 void add_mkmodel(CLI::App& app);
 void add_run(CLI::App& app);
 void add_logits(CLI::App& app);
+void add_tokenize(CLI::App& app);  // also registers `detokenize`
 
 }  // namespace regolith::cli

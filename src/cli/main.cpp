@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   regolith::cli::add_mkmodel(app);
   regolith::cli::add_run(app);
   regolith::cli::add_logits(app);
+  regolith::cli::add_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

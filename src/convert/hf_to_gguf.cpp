@@ -12,6 +12,7 @@
 
 #include "convert/hf_config.h"
 #include "convert/synthetic_vocab.h"
+#include "convert/tokenizer_import.h"
 #include "convert/tensor_stream.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -352,7 +353,10 @@ void convert_hf_to_gguf(const ConvertOptions& o) {
   write_hparams(w, hp);
   w.set("general.name", std::filesystem::path(o.hf_dir).filename().string());
   w.set("general.source.architecture", cfg.architecture);
-  write_synthetic_vocab(w, {.n_vocab = hp.n_vocab, .eos_id = cfg.eos_token_id});
+  if (std::filesystem::exists(std::filesystem::path(o.hf_dir) / "tokenizer.json"))
+    import_hf_tokenizer(o.hf_dir, w, hp.n_vocab);
+  else
+    write_synthetic_vocab(w, {.n_vocab = hp.n_vocab, .eos_id = cfg.eos_token_id});
   write_planned_tensors(w, plan, "convert " + o.out_path);
 }
 

@@ -31,12 +31,17 @@ std::string read_file(const std::string& path) {
 }
 
 std::string temp_path(const std::string& name) {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("regolith_tokenizer_tests_" + std::to_string(getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return (dir / name).string();
+  // One folder per test process, removed when the process exits.
+  struct TempDir {
+    fs::path path = fs::temp_directory_path() / ("regolith_tokenizer_tests_" + std::to_string(getpid()));
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const TempDir dir;
+  return (dir.path / name).string();
 }
 
 std::string qwen3_dir() {

@@ -79,7 +79,8 @@ class Parser {
     while (true) {
       const Token& t = peek();
       if (t.kind == K::end) {
-        if (ends.size() != 0) error(std::string("unexpected end of template, expected '{% ") + *ends.begin() + " %}'");
+        // The last name is the closing tag ({% endfor %}); the others are optional branches.
+        if (ends.size() != 0) error(std::string("unexpected end of template, expected '{% ") + *(ends.end() - 1) + " %}'");
         return body;
       }
       if (t.kind == K::text) {
