@@ -1,0 +1,154 @@
+// Generic ops of every backend against float64 evaluations: gather, matrix product in every
+// readable weight type, norms, RoPE, elementwise, dilated causal conv. Sizes are deliberately odd.
+#include "core/error.h"
+#include "op_test_util.h"
+
+namespace regolith::test {
+namespace {
+
+class BasicOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<Backend> be = make_backend(GetParam());
+};
+
+TEST_P(BasicOps, GetRows) {
+  auto table = make_weight("table", GgmlType::F16, {7, 13, 1, 1}, random_values(7 * 13, 1));
+  std::vector<int64_t> ids{12, 0, 5, 5, 3};
+  Tensor out = be->alloc_f32(7, 5);
+  be->get_rows(table->w, ids, out);
+  auto v = table->values();
+  std::vector<double> want;
+  for (int64_t id : ids) want.insert(want.end(), v.begin() + id * 7, v.begin() + id * 7 + 7);
+  expect_close(be->read_f32(out), want, 0, "get_rows");
+  std::vector<int64_t> bad{13};
+  EXPECT_THROW(be->get_rows(table->w, bad, out), Error);
+}
+
+TEST_P(BasicOps, MulMatEveryType) {
+  int64_t K = 96, N = 37, T = 5;
+  auto x = random_values(K * T, 2);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+    auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 3, 0.2f));
+    auto wv = w->values();
+    Tensor out = be->alloc_f32(N, T);
+    be->mul_mat(w->w, upload(*be, x, {K, T, 1, 1}), out);
+    std::vector<double> want(N * T);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += static_cast<double>(wv[n * K + k]) * x[t * K + k];
+        want[t * N + n] = s;
+      }
+    expect_close(be->read_f32(out), want, 1e-6, std::string("mul_mat ") + std::string(type_name(type)));
+  }
+}
+
+TEST_P(BasicOps, ElementwiseAndStreams) {
+  int64_t n = 11, T = 3;
+  auto a = random_values(n * T, 4), b = random_values(n * T, 5), s = random_values(T, 6);
+  Tensor ta = upload(*be, a, {n, T, 1, 1}), tb = upload(*be, b, {n, T, 1, 1});
+  Tensor out = be->alloc_f32(n, T);
+  be->add(ta, tb, out);
+  std::vector<double> want(n * T);
+  for (int64_t i = 0; i < n * T; ++i) want[i] = static_cast<double>(a[i]) + b[i];
+  expect_close(be->read_f32(out), want, 1e-7, "add");
+  be->swiglu(ta, tb, out);
+  for (int64_t i = 0; i < n * T; ++i) want[i] = silu(a[i]) * b[i];
+  expect_close(be->read_f32(out), want, 1e-6, "swiglu");
+  Tensor acc = upload(*be, a, {n, T, 1, 1});
+  be->add_sigmoid_gated(acc, tb, upload(*be, s, {1, T, 1, 1}));
+  for (int64_t i = 0; i < n * T; ++i) want[i] = a[i] + sigmoid(s[i / n]) * b[i];
+  expect_close(be->read_f32(acc), want, 1e-6, "add_sigmoid_gated");
+  Tensor wide = be->alloc_f32(3 * n, T);
+  be->repeat_streams(ta, 3, wide);
+  std::vector<double> rep;
+  for (int64_t t = 0; t < T; ++t)
+    for (int s3 = 0; s3 < 3; ++s3) rep.insert(rep.end(), a.begin() + t * n, a.begin() + (t + 1) * n);
+  expect_close(be->read_f32(wide), rep, 0, "repeat_streams");
+}
+
+TEST_P(BasicOps, RmsNormPerHeadAndGrouped) {
+  int64_t hd = 24, nh = 3, T = 5;
+  auto x = random_values(hd * nh * T, 7, 3.0f);
+  auto head_w = make_weight("head", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 8));
+  auto full_w = make_weight("full", GgmlType::F32, {hd * nh, 1, 1, 1}, random_values(hd * nh, 9));
+  for (bool per_head : {true, false}) {
+    const Weight& w = per_head ? head_w->w : full_w->w;
+    auto wv = per_head ? head_w->values() : full_w->values();
+    // Per head: rows of hd values; grouped: rows of nh·hd values normed per group of hd.
+    std::array<int64_t, 4> ne = per_head ? std::array<int64_t, 4>{hd, nh, T, 1} : std::array<int64_t, 4>{hd * nh, T, 1, 1};
+    Tensor out = be->alloc(DType::F32, ne);
+    be->rms_norm(upload(*be, x, ne), &w, hd, 1e-6f, out);
+    std::vector<double> want(x.size());
+    for (int64_t g = 0; g < nh * T; ++g) {
+      double ss = 0;
+      for (int64_t i = 0; i < hd; ++i) ss += static_cast<double>(x[g * hd + i]) * x[g * hd + i];
+      double r = 1 / std::sqrt(ss / hd + 1e-6);
+      for (int64_t i = 0; i < hd; ++i) want[g * hd + i] = x[g * hd + i] * r * wv[per_head ? i : (g % nh) * hd + i];
+    }
+    expect_close(be->read_f32(out), want, 1e-6, per_head ? "rms_norm per head" : "rms_norm grouped");
+  }
+}
+
+TEST_P(BasicOps, RopeRotatesThePartialDimsOnly) {
+  int64_t hd = 20, nh = 2, n_rot = 12, T = 4;
+  float theta = 10000.0f;
+  auto x = random_values(hd * nh * T, 10);
+  std::vector<int64_t> pos{0, 1, 17, 4000};
+  Tensor t = upload(*be, x, {hd, nh, T, 1});
+  be->rope(t, pos, n_rot, theta);
+  std::vector<double> want(x.begin(), x.end());
+  for (int64_t r = 0; r < nh * T; ++r) {
+    int64_t p = pos[r / nh];
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      double ang = p * std::pow(static_cast<double>(theta), -2.0 * i / n_rot);
+      double x1 = x[r * hd + i], x2 = x[r * hd + i + n_rot / 2];
+      want[r * hd + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
+      want[r * hd + i + n_rot / 2] = x2 * std::cos(ang) + x1 * std::sin(ang);
+    }
+  }
+  // FP32 angles (as transformers computes them) at position 4000 differ from FP64 by ~1e-4 rad.
+  expect_close(be->read_f32(t), want, 2e-3, "rope");
+  auto got = be->read_f32(t);
+  for (int64_t i = 0; i < hd * nh; ++i) EXPECT_EQ(got[i], x[i]) << "position 0 is the identity";
+}
+
+TEST_P(BasicOps, CausalConvDilatedAndSplit) {
+  int64_t C = 9, K = 4, T = 11;
+  for (int64_t dil : {1, 3}) {
+    int64_t L = (K - 1) * dil;
+    auto x = random_values(C * T, 11);
+    auto w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 12));
+    auto wv = w->values();
+    std::vector<double> want(C * T);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t src = t - (K - 1 - k) * dil;
+          if (src >= 0) s += wv[c * K + k] * static_cast<double>(x[src * C + c]);
+        }
+        want[t * C + c] = silu(s);
+      }
+    // Whole, then as two calls carrying the history.
+    Tensor hist = be->alloc_f32(C, L), out = be->alloc_f32(C, T);
+    be->causal_conv(upload(*be, x, {C, T, 1, 1}), hist, w->w, dil, out);
+    expect_close(be->read_f32(out), want, 1e-6, "causal_conv whole");
+    Tensor hist2 = be->alloc_f32(C, L);
+    std::vector<float> got;
+    for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, 5}, {5, T - 5}}) {
+      std::vector<float> part(x.begin() + t0 * C, x.begin() + (t0 + n) * C);
+      Tensor o = be->alloc_f32(C, n);
+      be->causal_conv(upload(*be, part, {C, n, 1, 1}), hist2, w->w, dil, o);
+      auto v = be->read_f32(o);
+      got.insert(got.end(), v.begin(), v.end());
+    }
+    expect_close(got, want, 1e-6, "causal_conv split");
+    expect_close(be->read_f32(hist2), std::vector<double>(x.end() - L * C, x.end()), 0, "causal_conv history");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BasicOps, ::testing::ValuesIn(backend_names()));
+
+}  // namespace
+}  // namespace regolith::test

@@ -1,0 +1,356 @@
+// Model-shaped ops of every backend against float64 evaluations written here from model-spec §4:
+// hyper-connections, Gated DeltaNet (recurrent and chunked, with a carried state), QSA pool /
+// select / attend, MoE routing and experts, the PLE gate.
+#include <numeric>
+
+#include "backend/qsa_topk.h"
+#include "op_test_util.h"
+
+namespace regolith::test {
+namespace {
+
+class ModelOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<Backend> be = make_backend(GetParam());
+};
+
+TEST_P(ModelOps, HcReadAndWrite) {
+  int64_t S = 4, H = 10, W = S * H, r = 6, T = 3;
+  auto R = random_values(W * T, 1, 2.0f);
+  auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 2));
+  auto down = make_weight("down", GgmlType::F16, {W, r, 1, 1}, random_values(W * r, 3, 0.5f));
+  auto up = make_weight("up", GgmlType::BF16, {r, W, 1, 1}, random_values(r * W, 4, 0.5f));
+  auto inject = make_weight("inject", GgmlType::F32, {W, S, 1, 1}, random_values(W * S, 5, 0.5f));
+  auto g = norm->values(), dv = down->values(), uv = up->values(), iv = inject->values();
+  std::vector<double> want_x(H * T), want_w(S * T);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> n(W), lo(r);
+    for (int64_t s = 0; s < S; ++s) {
+      double ss = 0;
+      for (int64_t d = 0; d < H; ++d) ss += static_cast<double>(R[t * W + s * H + d]) * R[t * W + s * H + d];
+      for (int64_t d = 0; d < H; ++d) n[s * H + d] = R[t * W + s * H + d] / std::sqrt(ss / H + 1e-6) * g[s * H + d];
+    }
+    for (int64_t j = 0; j < r; ++j) {
+      double a = 0;
+      for (int64_t i = 0; i < W; ++i) a += dv[j * W + i] * n[i];
+      lo[j] = silu(a / S);
+    }
+    for (int64_t d = 0; d < H; ++d) {
+      double acc = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        double m = 0;
+        for (int64_t j = 0; j < r; ++j) m += uv[(s * H + d) * r + j] * lo[j];
+        acc += sigmoid(m) * n[s * H + d];
+      }
+      want_x[t * H + d] = acc / S;
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      double a = 0;
+      for (int64_t i = 0; i < W; ++i) a += iv[s * W + i] * n[i];
+      want_w[t * S + s] = 2 * sigmoid(a / S);
+    }
+  }
+  Tensor tR = upload(*be, R, {W, T, 1, 1}), x = be->alloc_f32(H, T), iw = be->alloc_f32(S, T);
+  be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
+               .eps = 1e-6f, .x = &x, .inject_w = &iw});
+  expect_close(be->read_f32(x), want_x, 1e-6, "hc_read x");
+  expect_close(be->read_f32(iw), want_w, 1e-6, "hc_read inject");
+  Tensor x2 = be->alloc_f32(H, T);
+  be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = nullptr, .n_streams = S,
+               .eps = 1e-6f, .x = &x2, .inject_w = nullptr});
+  expect_close(be->read_f32(x2), want_x, 1e-6, "hc_read without inject");
+
+  auto y = random_values(H * T, 6);
+  be->hc_write(tR, upload(*be, y, {H, T, 1, 1}), iw);
+  std::vector<double> want_R(W * T);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < W; ++i) want_R[t * W + i] = R[t * W + i] + want_w[t * S + i / H] * y[t * H + i % H];
+  expect_close(be->read_f32(tR), want_R, 1e-6, "hc_write");
+}
+
+struct GdnCase {
+  int64_t nk = 2, nv = 6, dk = 8, dv = 12;
+  int64_t C() const { return 2 * nk * dk + nv * dv; }
+};
+
+// The delta rule token by token, straight from model-spec §4.4 (v head h reads k head h % nk).
+std::vector<double> gdn_expected(const GdnCase& c, const std::vector<float>& qkv, const std::vector<float>& g,
+                                 const std::vector<float>& beta, std::vector<double>& S, int64_t T) {
+  std::vector<double> out(c.nv * c.dv * T);
+  for (int64_t h = 0; h < c.nv; ++h) {
+    int64_t kh = h % c.nk;
+    double* Sh = &S[h * c.dk * c.dv];
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = &qkv[t * c.C()];
+      std::vector<double> q(row + kh * c.dk, row + (kh + 1) * c.dk), k(row + c.nk * c.dk + kh * c.dk, row + c.nk * c.dk + (kh + 1) * c.dk);
+      double nq = 0, nk2 = 0;
+      for (int64_t i = 0; i < c.dk; ++i) nq += q[i] * q[i], nk2 += k[i] * k[i];
+      for (int64_t i = 0; i < c.dk; ++i) q[i] /= std::sqrt(nq + 1e-6) * std::sqrt(static_cast<double>(c.dk)), k[i] /= std::sqrt(nk2 + 1e-6);
+      const float* v = row + 2 * c.nk * c.dk + h * c.dv;
+      for (int64_t i = 0; i < c.dk * c.dv; ++i) Sh[i] *= std::exp(static_cast<double>(g[t * c.nv + h]));
+      for (int64_t j = 0; j < c.dv; ++j) {
+        double kv = 0;
+        for (int64_t i = 0; i < c.dk; ++i) kv += Sh[i * c.dv + j] * k[i];
+        double delta = beta[t * c.nv + h] * (v[j] - kv);
+        for (int64_t i = 0; i < c.dk; ++i) Sh[i * c.dv + j] += k[i] * delta;
+      }
+      for (int64_t j = 0; j < c.dv; ++j) {
+        double o = 0;
+        for (int64_t i = 0; i < c.dk; ++i) o += Sh[i * c.dv + j] * q[i];
+        out[t * c.nv * c.dv + h * c.dv + j] = o;
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(ModelOps, GdnRecurrentAndChunkedMatchTheDeltaRule) {
+  GdnCase c;
+  for (int64_t T : {1, 5, 64, 65, 130}) {
+    auto qkv = random_values(c.C() * T, 20 + T);
+    std::vector<float> g(c.nv * T), beta(c.nv * T);
+    std::mt19937 rng(T);
+    std::uniform_real_distribution<float> u(0, 1);
+    for (auto& v : g) v = -2.0f * u(rng);   // decays in (e^-2, 1]
+    for (auto& v : beta) v = u(rng);
+    auto s0 = random_values(c.dk * c.dv * c.nv, 7, 0.3f);
+    std::vector<double> S(s0.begin(), s0.end());
+    auto want = gdn_expected(c, qkv, g, beta, S, T);
+    for (bool chunked : {false, true}) {
+      Tensor tq = upload(*be, qkv, {c.C(), T, 1, 1}), tg = upload(*be, g, {c.nv, T, 1, 1}),
+             tb = upload(*be, beta, {c.nv, T, 1, 1}), st = upload(*be, s0, {c.dv, c.dk, c.nv, 1});
+      Tensor out = be->alloc_f32(c.nv * c.dv, T);
+      GdnScanArgs a{.qkv = &tq, .g = &tg, .beta = &tb, .state = &st, .out = &out, .n_k_heads = c.nk,
+                    .n_v_heads = c.nv, .dk = c.dk, .dv = c.dv};
+      chunked ? be->gdn_chunked(a) : be->gdn_recurrent(a);
+      std::string what = std::string(chunked ? "gdn_chunked" : "gdn_recurrent") + " T=" + std::to_string(T);
+      expect_close(be->read_f32(out), want, 2e-6, what + " out");
+      expect_close(be->read_f32(st), S, 2e-6, what + " state");
+    }
+  }
+}
+
+TEST_P(ModelOps, GdnGatesAndGatedNorm) {
+  int64_t nv = 5, T = 3, dv = 7;
+  auto alpha = random_values(nv * T, 30, 3.0f), braw = random_values(nv * T, 31);
+  alpha[0] = 25.0f;  // softplus's linear branch
+  auto A = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, {-0.5f, -1.0f, -2.0f, -0.1f, -4.0f});
+  auto dt = make_weight("dt", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 32));
+  Tensor g = be->alloc_f32(nv, T), beta = be->alloc_f32(nv, T);
+  be->gdn_gates(upload(*be, alpha, {nv, T, 1, 1}), upload(*be, braw, {nv, T, 1, 1}), A->w, dt->w, g, beta);
+  auto Av = A->values(), dtv = dt->values();
+  std::vector<double> wg(nv * T), wb(nv * T);
+  for (int64_t i = 0; i < nv * T; ++i) {
+    double z = static_cast<double>(alpha[i]) + dtv[i % nv];
+    wg[i] = Av[i % nv] * (z > 20 ? z : std::log1p(std::exp(z)));
+    wb[i] = sigmoid(braw[i]);
+  }
+  expect_close(be->read_f32(g), wg, 1e-6, "gdn_gates g");
+  expect_close(be->read_f32(beta), wb, 1e-6, "gdn_gates beta");
+
+  auto x = random_values(dv * nv * T, 33), z = random_values(dv * nv * T, 34);
+  auto w = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 35));
+  Tensor out = be->alloc_f32(dv * nv, T);
+  be->gated_rms_norm(upload(*be, x, {dv * nv, T, 1, 1}), upload(*be, z, {dv * nv, T, 1, 1}), w->w, 1e-6f, out);
+  auto wv = w->values();
+  std::vector<double> want(x.size());
+  for (int64_t h = 0; h < nv * T; ++h) {
+    double ss = 0;
+    for (int64_t j = 0; j < dv; ++j) ss += static_cast<double>(x[h * dv + j]) * x[h * dv + j];
+    for (int64_t j = 0; j < dv; ++j)
+      want[h * dv + j] = wv[j] * x[h * dv + j] / std::sqrt(ss / dv + 1e-6) * sigmoid(z[h * dv + j]);
+  }
+  expect_close(be->read_f32(out), want, 1e-6, "gated_rms_norm");
+}
+
+TEST_P(ModelOps, QsaPoolSelectAttend) {
+  int64_t d = 8, ratio = 4, n = 23, nb = n / ratio, n_rot = 4, nh_i = 3;
+  float theta = 1e4f;
+  auto keys = random_values(d * n, 40);
+  auto kn = make_weight("k_norm", GgmlType::F32, {d, 1, 1, 1}, random_values(d, 41));
+  Tensor raw = upload(*be, keys, {d, n, 1, 1}), pooled = be->alloc_f32(d, nb + 1);
+  be->qsa_pool({.raw_keys = &raw, .pooled = &pooled, .k_norm = &kn->w, .block_begin = 0, .block_end = 2, .ratio = ratio,
+                .n_rot = n_rot, .theta = theta, .eps = 1e-6f});
+  be->qsa_pool({.raw_keys = &raw, .pooled = &pooled, .k_norm = &kn->w, .block_begin = 2, .block_end = nb, .ratio = ratio,
+                .n_rot = n_rot, .theta = theta, .eps = 1e-6f});
+  auto knv = kn->values();
+  std::vector<double> want_pool(d * (nb + 1), 0.0);
+  for (int64_t b = 0; b < nb; ++b) {
+    std::vector<double> m(d, 0.0);
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < ratio; ++j) m[i] += keys[(b * ratio + j) * d + i];
+      m[i] /= ratio;
+    }
+    double ss = 0;
+    for (double v : m) ss += v * v;
+    for (int64_t i = 0; i < d; ++i) m[i] = m[i] / std::sqrt(ss / d + 1e-6) * knv[i];
+    std::vector<double> r = m;
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      double ang = b * ratio * std::pow(static_cast<double>(theta), -2.0 * i / n_rot);
+      r[i] = m[i] * std::cos(ang) - m[i + n_rot / 2] * std::sin(ang);
+      r[i + n_rot / 2] = m[i + n_rot / 2] * std::cos(ang) + m[i] * std::sin(ang);
+    }
+    std::copy(r.begin(), r.end(), want_pool.begin() + b * d);
+  }
+  expect_close(be->read_f32(pooled), want_pool, 1e-5, "qsa_pool");
+
+  // Selection for rows at positions 2 (no block), 11 (3 blocks, top 2), 22 (5 blocks, top 2 + tail).
+  std::vector<int64_t> pos{2, 11, 22};
+  int64_t T = 3, top = 2, max_sel = top * ratio + ratio - 1;
+  auto iq = random_values(d * nh_i * T, 42);
+  Tensor tiq = upload(*be, iq, {d, nh_i, T, 1});
+  Tensor sel = be->alloc(DType::I32, {max_sel, T, 1, 1}), n_sel = be->alloc(DType::I32, {T, 1, 1, 1});
+  be->qsa_select({.iq = &tiq, .pooled = &pooled, .positions = pos, .ratio = ratio, .top_blocks = top, .sel = &sel,
+                  .n_sel = &n_sel});
+  auto got_sel = be->read_i32(sel), got_n = be->read_i32(n_sel);
+  std::vector<std::vector<int32_t>> want_sel(T);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t row_nb = (pos[t] + 1) / ratio;
+    std::vector<double> score(row_nb);
+    for (int64_t b = 0; b < row_nb; ++b) {
+      for (int64_t h = 0; h < nh_i; ++h) {
+        double dotp = 0;
+        for (int64_t i = 0; i < d; ++i) dotp += iq[(t * nh_i + h) * d + i] * want_pool[b * d + i];
+        score[b] += std::max(0.0, dotp);
+      }
+    }
+    std::vector<int64_t> order(row_nb);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
+    for (int64_t j = 0; j < std::min(top, row_nb); ++j)
+      for (int64_t i = 0; i < ratio; ++i) want_sel[t].push_back(static_cast<int32_t>(order[j] * ratio + i));
+    for (int64_t i = row_nb * ratio; i <= pos[t]; ++i) want_sel[t].push_back(static_cast<int32_t>(i));
+    std::sort(want_sel[t].begin(), want_sel[t].end());
+    ASSERT_EQ(got_n[t], static_cast<int32_t>(want_sel[t].size())) << "row " << t;
+    EXPECT_EQ(std::vector<int32_t>(got_sel.begin() + t * max_sel, got_sel.begin() + t * max_sel + got_n[t]), want_sel[t])
+        << "row " << t;
+  }
+  EXPECT_EQ(got_n[0], 3) << "no complete block: the tail only";
+  EXPECT_EQ(got_n[1], 2 * ratio) << "top two of three blocks, no tail";
+  EXPECT_EQ(got_n[2], 2 * ratio + 3) << "top two blocks plus the tail";
+
+  // Gated GQA attention over the selection: 4 heads on 2 kv heads.
+  int64_t hd = 6, nh = 4, nkv = 2;
+  auto q = random_values(hd * nh * T, 43), gate = random_values(hd * nh * T, 44);
+  auto kc = random_values(hd * nkv * n, 45), vc = random_values(hd * nkv * n, 46);
+  Tensor out = be->alloc_f32(hd * nh, T);
+  Tensor tq = upload(*be, q, {hd, nh, T, 1}), tg = upload(*be, gate, {hd, nh, T, 1});
+  Tensor tk = upload(*be, kc, {hd, nkv, n, 1}), tv = upload(*be, vc, {hd, nkv, n, 1});
+  float scale = 1 / std::sqrt(6.0f);
+  be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &sel, .n_sel = &n_sel, .scale = scale,
+                  .out = &out});
+  std::vector<double> want(hd * nh * T);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nh; ++h) {
+      int64_t g = h / (nh / nkv);
+      std::vector<double> s;
+      for (int32_t j : want_sel[t]) {
+        double a = 0;
+        for (int64_t i = 0; i < hd; ++i) a += q[(t * nh + h) * hd + i] * static_cast<double>(kc[(j * nkv + g) * hd + i]);
+        s.push_back(a * scale);
+      }
+      double mx = *std::max_element(s.begin(), s.end()), sum = 0;
+      for (double& v : s) sum += v = std::exp(v - mx);
+      for (int64_t i = 0; i < hd; ++i) {
+        double o = 0;
+        for (size_t j = 0; j < s.size(); ++j) o += s[j] / sum * vc[(want_sel[t][j] * nkv + g) * hd + i];
+        want[t * nh * hd + h * hd + i] = o * sigmoid(gate[(t * nh + h) * hd + i]);
+      }
+    }
+  expect_close(be->read_f32(out), want, 1e-6, "qsa_attend");
+
+  Tensor q2 = be->alloc_f32(hd, nh, T), g2 = be->alloc_f32(hd, nh, T);
+  std::vector<float> qg(2 * hd * nh * T);
+  for (int64_t r = 0; r < nh * T; ++r)
+    for (int64_t i = 0; i < hd; ++i) qg[r * 2 * hd + i] = q[r * hd + i], qg[r * 2 * hd + hd + i] = gate[r * hd + i];
+  be->split_q_gate(upload(*be, qg, {2 * hd, nh, T, 1}), q2, g2);
+  expect_close(be->read_f32(q2), std::vector<double>(q.begin(), q.end()), 0, "split_q_gate q");
+  expect_close(be->read_f32(g2), std::vector<double>(gate.begin(), gate.end()), 0, "split_q_gate gate");
+}
+
+// Exact ties (relu-zero scores) resolve as torch.topk on the CPU does; the committed fixtures pin
+// these cases (e.g. four blocks all scoring 0, two kept: transformers keeps blocks 2 and 3).
+TEST(QsaTopBlocks, TiesFollowTheReference) {
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{0, 0, 0, 0}, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{0.5, 0, 2, 1}, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{3, 1, 2}, 5), (std::vector<int64_t>{0, 1, 2}));
+  std::vector<double> many(200);
+  for (int i = 0; i < 200; ++i) many[i] = (i * 37) % 200;  // distinct: the partial_sort branch
+  EXPECT_EQ(qsa_top_blocks(many, 3), (std::vector<int64_t>{27, 54, 81}));  // values 199, 198, 197
+}
+
+TEST_P(ModelOps, MoeRouteAndExperts) {
+  int64_t E = 7, k = 3, H = 32, F = 64, T = 4;
+  auto logits = random_values(E * T, 50, 2.0f);
+  logits[0] = logits[1] = 10.0f;  // a tie at the top of row 0: lower id first
+  Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), wts = be->alloc_f32(k, T);
+  be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, wts);
+  auto got_ids = be->read_i32(ids);
+  std::vector<double> want_w(k * T);
+  std::vector<int32_t> want_ids(k * T);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[t * E + a] > logits[t * E + b]; });
+    double mx = logits[t * E + order[0]], sum = 0, top = 0;
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(logits[t * E + e] - mx);
+    for (int64_t j = 0; j < k; ++j) top += std::exp(logits[t * E + order[j]] - mx) / sum;
+    for (int64_t j = 0; j < k; ++j) {
+      want_ids[t * k + j] = order[j];
+      want_w[t * k + j] = std::exp(logits[t * E + order[j]] - mx) / sum / top;
+    }
+  }
+  EXPECT_EQ(got_ids, want_ids);
+  expect_close(be->read_f32(wts), want_w, 1e-6, "moe_route weights");
+
+  auto x = random_values(H * T, 51);
+  auto wg = make_weight("gate", GgmlType::Q8_0, {H, F, E, 1}, random_values(H * F * E, 52, 0.2f));
+  auto wu = make_weight("up", GgmlType::F16, {H, F, E, 1}, random_values(H * F * E, 53, 0.2f));
+  auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 54, 0.2f));
+  auto gv = wg->values(), uv = wu->values(), dv = wd->values();
+  Tensor out = be->alloc_f32(H, T), tx = upload(*be, x, {H, T, 1, 1});
+  be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &wts,
+                   .out = &out});
+  std::vector<double> want(H * T, 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t e = want_ids[t * k + j];
+      std::vector<double> hdn(F);
+      for (int64_t f = 0; f < F; ++f) {
+        double a = 0, b = 0;
+        for (int64_t i = 0; i < H; ++i)
+          a += gv[(e * F + f) * H + i] * static_cast<double>(x[t * H + i]), b += uv[(e * F + f) * H + i] * static_cast<double>(x[t * H + i]);
+        hdn[f] = silu(a) * b;
+      }
+      for (int64_t dd = 0; dd < H; ++dd) {
+        double y = 0;
+        for (int64_t f = 0; f < F; ++f) y += dv[(e * H + dd) * F + f] * hdn[f];
+        want[t * H + dd] += want_w[t * k + j] * y;
+      }
+    }
+  expect_close(be->read_f32(out), want, 1e-5, "moe_experts");
+}
+
+TEST_P(ModelOps, PleGate) {
+  int64_t S = 4, H = 9, W = S * H, T = 2;
+  auto key = random_values(W * T, 60), qry = random_values(W * T, 61), val = random_values(H * T, 62);
+  for (int64_t d = 0; d < H; ++d) key[W + 2 * H + d] = 0;  // a zero score: gate sigmoid(0) = 0.5
+  Tensor out = be->alloc_f32(W, T);
+  be->ple_gate(upload(*be, key, {W, T, 1, 1}), upload(*be, qry, {W, T, 1, 1}), upload(*be, val, {H, T, 1, 1}), S, out);
+  std::vector<double> want(W * T);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s) {
+      double sc = 0;
+      for (int64_t d = 0; d < H; ++d) sc += static_cast<double>(key[t * W + s * H + d]) * qry[t * W + s * H + d];
+      sc /= std::sqrt(static_cast<double>(H));
+      double g = sc == 0 ? 0 : (sc > 0 ? 1 : -1) * std::sqrt(std::max(std::fabs(sc), 1e-6));
+      for (int64_t d = 0; d < H; ++d) want[t * W + s * H + d] = sigmoid(g) * val[t * H + d];
+    }
+  expect_close(be->read_f32(out), want, 1e-6, "ple_gate");
+  EXPECT_FLOAT_EQ(be->read_f32(out)[W + 2 * H], 0.5f * val[H]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ModelOps, ::testing::ValuesIn(backend_names()));
+
+}  // namespace
+}  // namespace regolith::test
