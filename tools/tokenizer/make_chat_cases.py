@@ -196,6 +196,38 @@ SNIPPETS = [
     ("error_unclosed_if", "{% if true %}never closed", {}),
 ]
 
+# Random templates glued from fragments (seeded): whitespace control, loops, macros and filters
+# interacting in ways no hand-written snippet covers.
+RANDOM_FRAGMENTS = ["{% if x %}", "{% if not x %}", "{% else %}", "{% endif %}", "{% for i in l %}", "{% endfor %}", "{{ i }}", "{{ x }}",
+         "{%- if x %}", "{% if x -%}", "{%- endif -%}", "{%+ if x %}", "{% endif +%}", "  ", "\n", "\n  ", "\t", "a", "b ",
+         "{# c #}", "{#- c -#}", "{{- x -}}", "{{ l | join(',') }}", "{{ loop.index }}", "{% set y = 3 %}", "{{ y }}",
+         " \n", "{{ s | trim }}", "{{ s.strip() }}", "{{ d | tojson }}", "{{ d }}", "{{ l[::-1] }}", "{{ s[1:] }}",
+         "{% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}", "{{ s ~ x }}", "{{ 'q' if x else 'r' }}", "{{ l | length }}",
+         "{{ (l | first) + 1 }}", "{{ s.split(' ') }}", "{{ s | title }}", "{{ s | upper }}", "{{ 1.5 * 2 }}", "{{ 10 / 3 }}",
+         "{%- for i in l -%}", "{% raw %}{{ r }}{% endraw %}", "{{ s.replace(' ', '_') }}", "{{ d.a }}", "{{ d.get('b', 7) }}",
+ "{% macro m(a, b=2) %}[{{ a }}{{ b }}]{% endmacro %}", "{{ m(1) }}", "{{ m(b=5, a=0) }}", "{% set ns = namespace(n=0) %}",
+ "{% set ns.n = ns.n + 1 %}", "{{ ns.n }}", "{% for i in l if i > 1 %}", "{% break %}", "{% continue %}", "{{ loop.last }}",
+ "{{ l | map('string') | join('-') }}", "{{ d | dictsort }}", "{{ l | select('odd') | list }}", "{{ s | replace('l', 'L', 1) }}",
+ "{{ s.split() }}", "{{ s.rstrip() }}", "{{ s.lstrip(' H') }}", "{{ 7 // 2 }}", "{{ -7 % 3 }}", "{{ s | wordcount }}",
+ "{{ d | tojson(indent=2) }}", "{{ l | tojson(separators=(',', ':')) }}", "{{ 'x' is string }}", "{{ l is sequence }}",
+ "{{ undefinedvar | default('dv') }}", "{{ undefinedvar is defined }}", "{% filter upper %}", "{% endfilter %}",
+ "{% set blk %}", "{% endset %}{{ blk }}", "{{ s.startswith(' H') }}", "{{ s[::2] }}", "{{ l + [4] }}", "{{ (1, 2) }}",
+ "{{ [1.0, 2e20, 1e-7] }}", "{{ {'k': none, 'b': true} }}", "{{ s | center(30) }}", "{{ s | indent(3, true) }}"]
+RANDOM_CONTEXT = {"x": True, "l": [1, 2, 3], "s": " Hello wörld 你好 ", "d": {"a": [1, {"b": None}], "z": "é\n\"q\""}}
+
+
+def random_snippets(n=250, seed=11):
+    """n random templates that Jinja2 renders (the broken ones teach little)."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        source = "".join(rng.choice(RANDOM_FRAGMENTS) for _ in range(rng.randint(2, 10)))
+        context = dict(RANDOM_CONTEXT, x=rng.random() < 0.5)
+        if "expected" in render(source, context):
+            out.append((f"random/{len(out)}", source, context))
+    return out
+
 
 def render(source, context):
     try:
@@ -226,7 +258,7 @@ def main():
             case.update(render(sources[template], chat_context(messages, options)))
             cases.append(case)
     snippets = []
-    for name, source, context in SNIPPETS:
+    for name, source, context in SNIPPETS + random_snippets():
         snippet = {"name": name, "source": source, "context": context}
         snippet.update(render(source, context))
         snippets.append(snippet)

@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <utility>
 
 #include "core/error.h"
 
@@ -143,7 +144,9 @@ class Parser {
       if (accept_name("if")) s->filter_expr = parse_expression(false);
       if (at_name("recursive")) error("recursive for loops are not supported");
       expect(K::block_end, "'%}'");
+      ++loop_depth_;
       s->body = parse_body({"else", "endfor"});
+      --loop_depth_;
       if (end_tag_ == "else") {
         expect(K::block_end, "'%}'");
         s->else_body = parse_body({"endfor"});
@@ -180,7 +183,9 @@ class Parser {
         if (!at_op(")")) expect_op(",");
       }
       expect(K::block_end, "'%}'");
+      int outer_loops = std::exchange(loop_depth_, 0);  // a macro body is not inside the caller's loop
       s->body = parse_body({"endmacro"});
+      loop_depth_ = outer_loops;
     } else if (tag == "filter") {
       s->kind = Stmt::Kind::filter;
       s->filter_expr = parse_filter_chain(/*required=*/true);
@@ -201,6 +206,7 @@ class Parser {
       expect(K::block_end, "'%}'");
       s->body = parse_body({"endgeneration"});
     } else if (tag == "break" || tag == "continue") {
+      if (loop_depth_ == 0) error("'" + tag + "' outside a loop");
       s->kind = tag == "break" ? Stmt::Kind::break_ : Stmt::Kind::continue_;
     } else if (tag == "extends" || tag == "include" || tag == "import" || tag == "from" || tag == "block" ||
                tag == "call" || tag == "do" || tag == "autoescape" || tag == "trans") {
@@ -533,6 +539,7 @@ class Parser {
   const std::vector<Token>& t_;
   size_t i_ = 0;
   std::string end_tag_;
+  int loop_depth_ = 0;  // enclosing for-loop bodies, for break/continue
 };
 
 }  // namespace
