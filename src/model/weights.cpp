@@ -56,7 +56,7 @@ class Binder {
       fail(file_.source(), ": tensor '", name, "' has shape ", t->shape_string(), ", expected ", shape_of(spec.ne));
     if (!can_dequantize(t->type))
       fail(file_.source(), ": tensor '", name, "' has type ", type_name(t->type),
-           ", which this engine cannot read (supported: f32, f16, bf16, q8_0)");
+           ", which this engine cannot read as a weight");
     return view(*t);
   }
 

@@ -84,8 +84,9 @@ TEST(LoadErrors, WrongShapeIsNamed) {
 
 TEST(LoadErrors, UnreadableTypeIsNamed) {
   TempDir dir;
-  rewrite(dir.path("t.gguf"), {.name = "blk.0.ffn_up_exps.weight", .type = GgmlType::Q4_0});
-  expect_error_mentions(load_error(dir.path("t.gguf")), {"blk.0.ffn_up_exps.weight", "q4_0", "cannot read"});
+  // An integer type: a valid GGUF tensor type that no weight decoder reads.
+  rewrite(dir.path("t.gguf"), {.name = "blk.0.ffn_up_exps.weight", .type = GgmlType::I32});
+  expect_error_mentions(load_error(dir.path("t.gguf")), {"blk.0.ffn_up_exps.weight", "i32", "cannot read"});
 }
 
 TEST(LoadErrors, MissingOutputFallsBackToTiedEmbedding) {

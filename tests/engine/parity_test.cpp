@@ -167,6 +167,16 @@ TEST_P(Parity, QsaSelection) {
   }
 }
 
+// The GGUF in the checkpoint's own type (bf16 for tiny-a: the reference ran on exactly those values).
+TEST_P(Parity, CheckpointTypeWholeAndDecode) {
+  engine_ = Engine::open(engine_model(GetParam() + ".native.gguf"), "ref");
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    report(p, "native", compare_logits(eval(tokens, 0), ref_->floats(p + ".logits"), V_));
+    report(p, "native-dec", compare_logits(eval(tokens, 1), ref_->floats(p + ".logits_decode"), V_));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::ValuesIn(fixture_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
