@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -18,7 +19,7 @@ namespace regolith::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, out, backend = "ref";
+  std::string model, tokens, out, trace_dir, backend = "ref";
   int64_t chunk = 0;
   bool decode = false;
 };
@@ -27,6 +28,23 @@ void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> tokens = parse_token_list(a.tokens);
   auto engine = Engine::open(a.model, a.backend);
   Session session(engine);
+  nlohmann::json trace_index = nlohmann::json::array();
+  int64_t trace_seq = 0;
+  if (!a.trace_dir.empty()) {
+    std::filesystem::create_directories(a.trace_dir);
+    // Every named intermediate as raw float32/int32 (ne order) in forward order, with an index.
+    session.set_trace([&](std::string_view name, int64_t layer, const Tensor& t) {
+      std::string file = cat(a.trace_dir, "/", trace_seq++, ".", layer < 0 ? std::string("model") : cat("L", layer), ".",
+                             name, t.dtype() == DType::F32 ? ".f32" : ".i32");
+      std::vector<float> data(t.n_elements());
+      engine->backend().read(t, data.data(), data.size() * 4);
+      FILE* f = std::fopen(file.c_str(), "wb");
+      if (!f || std::fwrite(data.data(), 4, data.size(), f) != data.size() || std::fclose(f) != 0)
+        fail(file, ": write failed");
+      trace_index.push_back({{"name", std::string(name)}, {"layer", layer}, {"file", file},
+                             {"ne", std::vector<int64_t>(t.ne().begin(), t.ne().end())}});
+    });
+  }
   int64_t chunk = a.decode ? 1 : a.chunk;
   std::vector<float> logits = session.eval(tokens, {.chunk = chunk, .all_logits = true});
   int64_t V = engine->n_vocab();
@@ -56,6 +74,14 @@ void run_logits(const LogitsArgs& a) {
     positions.push_back({{"pos", t}, {"token", tokens[t]}, {"argmax", order[0]}, {"top5", top}});
   }
   summary["positions"] = positions;
+  if (!a.trace_dir.empty()) {
+    std::string index = a.trace_dir + "/index.json";
+    FILE* f = std::fopen(index.c_str(), "w");
+    std::string text = trace_index.dump(1);
+    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+      fail(index, ": write failed");
+    summary["trace"] = index;
+  }
   std::printf("%s\n", summary.dump(1).c_str());
 }
 
@@ -69,6 +95,7 @@ void add_logits(CLI::App& app) {
   cmd->add_option("--out", a.out, "Write the logits here (raw float32, row-major)");
   auto* chunk = cmd->add_option("--chunk", a.chunk, "Evaluate in chunks of N tokens");
   cmd->add_flag("--decode", a.decode, "Evaluate token by token")->excludes(chunk);
+  cmd->add_option("--trace", a.trace_dir, "Dump every named intermediate into this folder (raw + index.json)");
   cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
   cmd->callback([] { run_logits(a); });
 }
