@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev libicu-dev libcpp-httplib-dev
   python3 python3-numpy python3-jinja2
   nodejs npm
 )
