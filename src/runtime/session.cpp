@@ -25,20 +25,18 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
   int64_t chunk = options.chunk > 0 ? options.chunk : std::max<int64_t>(n, 1);
   std::vector<float> out;
+  LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
   for (int64_t i = 0; i < n; i += chunk) {
     auto part = tokens.subspan(i, std::min(chunk, n - i));
-    bool last_chunk = i + chunk >= n;
-    LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
-    if (!options.all_logits && !last_chunk) rows = LogitRows::Last;  // computed, then dropped
     Tensor logits = engine_->model().forward(be, state_, part, rows, trace_);
     tokens_.insert(tokens_.end(), part.begin(), part.end());
-    if (options.all_logits || last_chunk) {
+    if (options.all_logits || i + chunk >= n) {  // without all_logits only the last chunk's row is kept
       std::vector<float> l = be.read_f32(logits);
-      if (!options.all_logits) out.clear();
       out.insert(out.end(), l.begin(), l.end());
     }
-    if (static_cast<int64_t>(out.size()) % V) fail("eval: logits are not a whole number of rows");
   }
+  if (static_cast<int64_t>(out.size()) != (options.all_logits ? n : std::min<int64_t>(n, 1)) * V)
+    fail("eval: got ", out.size(), " logits for ", n, " tokens of a ", V, "-token vocabulary");
   return out;
 }
 
