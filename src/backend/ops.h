@@ -105,8 +105,8 @@ struct QsaPoolArgs {
 };
 
 // Per query row: the top min(top_blocks, nb) complete blocks by Σ_h relu(q_h·K_b)/sqrt(d), nb =
-// (p+1)/ratio, chosen by qsa_top_blocks() (backend/qsa_topk.h: exact ties as transformers on the
-// CPU), then the incomplete tail [nb·ratio, p].
+// (p+1)/ratio, chosen by qsa_top_blocks() (backend/qsa_topk.h: equal scores go to the lower block
+// index), then the incomplete tail [nb·ratio, p].
 struct QsaSelectArgs {
   const Tensor* iq = nullptr;       // [d, nh_idx, T] indexer queries (normed, rotated)
   const Tensor* pooled = nullptr;   // [d, >= nb of the last row]

@@ -268,14 +268,15 @@ TEST_P(ModelOps, QsaPoolSelectAttend) {
   expect_close(be->read_f32(g2), std::vector<double>(gate.begin(), gate.end()), 0, "split_q_gate gate");
 }
 
-// Exact ties (relu-zero scores) resolve as torch.topk on the CPU does; the committed fixtures pin
-// these cases (e.g. four blocks all scoring 0, two kept: transformers keeps blocks 2 and 3).
-TEST(QsaTopBlocks, TiesFollowTheReference) {
-  EXPECT_EQ(qsa_top_blocks(std::vector<double>{0, 0, 0, 0}, 2), (std::vector<int64_t>{2, 3}));
+// Exact ties (relu-zero scores are common) go to the lower block index (model-spec §4.5).
+TEST(QsaTopBlocks, TiesGoToTheLowerBlockIndex) {
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{0, 0, 0, 0}, 2), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(qsa_top_blocks(std::vector<double>{0.5, 0, 2, 1}, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{1, 0, 1, 0, 1}, 2), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(qsa_top_blocks(std::vector<double>{0, 2, 0, 0, 1}, 3), (std::vector<int64_t>{0, 1, 4}));
   EXPECT_EQ(qsa_top_blocks(std::vector<double>{3, 1, 2}, 5), (std::vector<int64_t>{0, 1, 2}));
   std::vector<double> many(200);
-  for (int i = 0; i < 200; ++i) many[i] = (i * 37) % 200;  // distinct: the partial_sort branch
+  for (int i = 0; i < 200; ++i) many[i] = (i * 37) % 200;  // distinct
   EXPECT_EQ(qsa_top_blocks(many, 3), (std::vector<int64_t>{27, 54, 81}));  // values 199, 198, 197
 }
 

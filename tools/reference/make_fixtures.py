@@ -128,8 +128,9 @@ CONFIGS = [
                 mrope_section=[3, 3, 2], mrope_interleaved=True,
             ),  # rotary dim 16 -> 8 frequency slots
             linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=32,  # k and v head dims differ
+            # k and v head widths equal: llama.cpp v0.5.0's qwen4exp loader has one width for both
+            linear_key_head_dim=32,
+            linear_value_head_dim=32,
             linear_num_key_heads=2,
             linear_num_value_heads=4,
             num_experts=10,
@@ -669,6 +670,8 @@ def attempt_config(spec, outdir, weight_seed):
         checkpoint_dtype=spec["save_dtype"],
         reference=dict(
             dtype="float32 (weights are exactly the saved values)", device="cpu", attn_implementation="eager",
+            qsa_tie_rule="Tensor.topk patched to a stable descending sort: equal block scores select the lower "
+                         "block index (model-spec §4.5); torch's own order for ties is unspecified",
             whole="model(input_ids=prompt, use_cache=False).logits[0]  -> logits [T, V]",
             chunked="prompt fed in consecutive chunks of N tokens (last chunk shorter) through the model's own "
                     "cache (use_cache=True, past_key_values carried); rows concatenated -> logits_chunkN [T, V]",
@@ -701,6 +704,22 @@ def attempt_config(spec, outdir, weight_seed):
     return dict(tensors=tensors, manifest=manifest, worst_rel=worst_rel)
 
 
+_torch_tensor_topk = torch.Tensor.topk
+
+
+def _topk_lower_index_wins(self, k, dim=-1, largest=True, sorted=True):
+    """Tensor.topk with the tie rule of model-spec §4.5: higher score first, then lower index.
+
+    torch leaves the order of equal values unspecified, and the QSA indexer's relu makes exact ties
+    (blocks scoring 0) common in tiny models; the engines under test (and llama.cpp) select the lower
+    block index, so the reference must too. A stable descending sort keeps equal scores in index order.
+    """
+    if not largest:
+        return _torch_tensor_topk(self, k, dim=dim, largest=largest, sorted=sorted)
+    order = torch.sort(self, dim=dim, descending=True, stable=True)
+    return torch.return_types.topk((order.values.narrow(dim, 0, k), order.indices.narrow(dim, 0, k)))
+
+
 def dump_sources(path):
     import transformers.cache_utils as cu
     import transformers.masking_utils as mu
@@ -728,6 +747,9 @@ def main():
         except Exception:
             traceback.print_exc()
     torch.set_num_threads(args.threads)
+    # the QSA indexer selects blocks with `scores.topk(...)` (a Tensor method; the MoE router calls
+    # torch.topk, which this does not touch)
+    torch.Tensor.topk = _topk_lower_index_wins
     os.makedirs(args.out, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     summary = {}
