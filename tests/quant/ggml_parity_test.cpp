@@ -16,6 +16,8 @@
 #include "core/ggml_type.h"
 #include "core/half.h"
 #include "ggml_ref.h"
+#include "quant/blocks.h"
+#include "quant/dot.h"
 #include "quant/rows.h"
 #include "quant_test_util.h"
 
@@ -175,5 +177,51 @@ TEST(GgmlParity, QuantizerErrorIsNoWorseThanLlamaCpp) {
                                              << (with_importance ? " with" : " without") << " importance";
       }
     }
+  }
+}
+
+// Our dot kernels against ggml's vec_dot on the same weight bytes and, where the activation
+// formats coincide (Q8_0, Q8_K), the same activation bytes. Q4_1/Q5_1 give ggml a Q8_1 made from
+// our Q8_0 codes; float weights give ggml activations rounded to its F16/BF16.
+TEST(GgmlParity, DotProductsAgreeWithVecDot) {
+  REQUIRE_GGML(ref);
+  if (!ref->type_traits_cpu) GTEST_SKIP() << "no libggml CPU library for this machine";
+  std::mt19937 rng(19);
+  std::vector<GgmlType> types = quant_test::weight_types();
+  types.insert(types.begin(), {GgmlType::F32, GgmlType::F16, GgmlType::BF16});
+  for (GgmlType t : types) {
+    const int64_t n = traits(t).block_size == 256 ? 2560 : 640;
+    const auto* cpu = ref->type_traits_cpu(static_cast<int>(t));
+    ASSERT_NE(cpu->vec_dot, nullptr) << type_name(t);
+    std::vector<float> w = quant_test::heavy_tailed_row(n, rng), x = quant_test::gaussian_row(n, rng, 1.0f);
+    std::vector<uint8_t> row(row_bytes(t, n)), act(quant::activation_bytes(t, n));
+    quantize_row(t, w.data(), n, row.data());
+    quant::quantize_activations(t, x.data(), n, act.data());
+    const GgmlType theirs_type = static_cast<GgmlType>(cpu->vec_dot_type);
+    std::vector<uint8_t> theirs(row_bytes(theirs_type, n));
+    double tol_scale = 1e-5;
+    if (theirs_type == quant::activation_type(t)) {
+      theirs = act;
+    } else if (theirs_type == GgmlType::Q8_1) {
+      const auto* q8 = reinterpret_cast<const quant::BlockQ8_0*>(act.data());
+      auto* q81 = reinterpret_cast<quant::BlockQ8_1*>(theirs.data());
+      for (int64_t b = 0; b < n / 32; ++b) {
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) sum += q81[b].qs[j] = q8[b].qs[j];
+        q81[b].d = q8[b].d;
+        q81[b].s = f32_to_f16(f16_to_f32(q8[b].d) * sum);
+      }
+      tol_scale = 2e-3;  // Q8_1 carries d·Σq rounded to fp16
+    } else {
+      quantize_row(theirs_type, x.data(), n, theirs.data());
+      tol_scale = 1e-2;  // ggml rounds the activations to 16 bits, we keep float32
+    }
+    float expected = 0;
+    cpu->vec_dot(static_cast<int>(n), &expected, 0, row.data(), 0, theirs.data(), 0, 1);
+    std::vector<float> wd(n);
+    dequantize_row(t, row.data(), n, wd.data());
+    double magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) magnitude += std::fabs(wd[i] * x[i]);
+    EXPECT_NEAR(quant::vec_dot(t, n, row.data(), act.data()), expected, tol_scale * magnitude) << type_name(t);
   }
 }
