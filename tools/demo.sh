@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Writes the default model (tiny, random weights, deterministic) once and runs it.
+# The main job on the embedded default model: `regolith run` without -m writes the default model
+# (tiny geometry, deterministic random weights — not a trained model, its text is noise) to the
+# user's cache on first use, then generates from a chat prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=models/default-tiny-random.gguf
-mkdir -p models
-[ -f "$model" ] || build/regolith mkmodel --preset tiny --type q8_0 -o "$model"
-build/regolith inspect "$model" | head -12
+build/regolith run --chat -p "Write a haiku about lunar soil." -n 48 --temp 0.8 --seed 1

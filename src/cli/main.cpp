@@ -1,7 +1,10 @@
 // The `regolith` command: dispatches to subcommands; turns errors into a message and exit code 1.
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -16,8 +19,14 @@ int main(int argc, char** argv) {
   regolith::cli::add_run(app);
   regolith::cli::add_logits(app);
   regolith::cli::add_tokenize(app);
+  regolith::cli::add_quantize(app);
+  // llama.cpp spells the system prompt `-sys`; CLI11 takes only one letter after a single dash.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& arg : args)
+    if (arg == "-sys") arg = "--system";
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const regolith::Error& e) {

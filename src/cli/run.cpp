@@ -1,49 +1,105 @@
-// `regolith run`: evaluates a prompt and streams generated token ids (text once the tokenizer is wired).
+// `regolith run`: evaluates a prompt (text, a chat turn, or token ids) and streams the generated
+// text (or ids) to stdout; timings go to stderr.
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/token_list.h"
 #include "core/error.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace regolith::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, tokens, backend = "ref";
-  int64_t n_predict = 32, chunk = 0;
+  std::string model, prompt, system, tokens, backend = "ref";
+  int64_t n_predict = 64, chunk = 0;
+  bool chat = false, ids = false, ignore_eos = false, no_think = false;
   SamplerParams sampling;
 };
 
+std::vector<int32_t> prompt_tokens(const RunArgs& a, const Tokenizer& tok) {
+  if (!a.tokens.empty()) {
+    if (!a.prompt.empty() || a.chat) fail("give either --tokens or a text prompt, not both");
+    std::vector<int32_t> ids = parse_token_list(a.tokens);
+    for (int32_t id : ids)
+      if (id >= tok.n_vocab()) fail("token id ", id, " is outside the vocabulary (", tok.n_vocab(), " tokens)");
+    return ids;
+  }
+  if (a.prompt.empty()) fail("give a prompt: -p TEXT (with --chat for a chat turn) or --tokens 1,2,3");
+  if (!a.chat && a.system.empty()) return tok.encode(a.prompt);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  messages.push_back({{"role", "user"}, {"content", a.prompt}});
+  ChatOptions options;
+  if (a.no_think) options.extra["enable_thinking"] = false;
+  std::string text = ChatTemplate::from_tokenizer(tok).apply(messages, options);
+  return tok.encode(text, {.add_special = false, .parse_special = true});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void run_run(const RunArgs& a) {
-  if (!a.prompt.empty()) fail("text prompts need the tokenizer (not wired into `run` yet); pass --tokens 1,2,3");
-  if (a.tokens.empty()) fail("give a prompt: -p TEXT or --tokens 1,2,3");
-  std::vector<int32_t> prompt = parse_token_list(a.tokens);
-  auto engine = Engine::open(a.model, a.backend);
+  auto engine = Engine::open(model_or_default(a.model), a.backend);
+  Tokenizer tok = Tokenizer::from_gguf(engine->model().file());
+  std::vector<int32_t> prompt = prompt_tokens(a, tok);
+  if (prompt.empty()) fail("the prompt has no tokens");
+  const int64_t n_ctx = engine->model().hparams().n_ctx_train;
+  if (static_cast<int64_t>(prompt.size()) + a.n_predict > n_ctx)
+    fail("prompt (", prompt.size(), " tokens) plus -n ", a.n_predict, " exceeds the context of ", n_ctx, " tokens");
+
   Session session(engine);
   Sampler sampler(a.sampling);
+  StreamingDetokenizer detok(tok, /*skip_special=*/true);
+  auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits = session.eval(prompt, {.chunk = a.chunk, .all_logits = false});
-  for (int64_t i = 0; i < a.n_predict; ++i) {
+  double prefill_s = seconds_since(t0);
+  auto t1 = std::chrono::steady_clock::now();
+  int64_t generated = 0;
+  for (; generated < a.n_predict; ++generated) {
     int32_t next = sampler.sample(logits);
-    std::printf(i ? " %d" : "%d", next);
+    if (!a.ignore_eos && tok.is_end_of_generation(next)) break;
+    if (a.ids)
+      std::printf(generated ? " %d" : "%d", next);
+    else
+      std::fputs(detok.push(next).c_str(), stdout);
     std::fflush(stdout);
-    if (i + 1 < a.n_predict) logits = session.eval(std::span<const int32_t>(&next, 1), {.all_logits = false});
+    if (generated + 1 < a.n_predict) logits = session.eval(std::span<const int32_t>(&next, 1), {.all_logits = false});
   }
+  if (!a.ids) std::fputs(detok.finish().c_str(), stdout);
   std::printf("\n");
+  std::fflush(stdout);  // the text before the timings, also when both go to one pipe
+  double decode_s = seconds_since(t1);
+  std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)\n",
+               prompt.size(), prefill_s, prompt.size() / prefill_s, (long long)generated, decode_s,
+               generated ? generated / decode_s : 0.0);
 }
 
 }  // namespace
 
 void add_run(CLI::App& app) {
   static RunArgs a;
-  auto* cmd = app.add_subcommand("run", "Generate from a prompt (streams the generated token ids)");
-  cmd->add_option("-m,--model", a.model, "Model GGUF")->required();
-  cmd->add_option("-p,--prompt", a.prompt, "Prompt text (needs the tokenizer)");
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  cmd->add_option("-m,--model", a.model, "Model GGUF (default: the built-in tiny random model)");
+  cmd->add_option("-p,--prompt", a.prompt, "Prompt text");
+  cmd->add_flag("--chat", a.chat, "Format the prompt as a user turn with the model's chat template");
+  cmd->add_option("--system", a.system, "System prompt (implies --chat; -sys also works)");
+  cmd->add_flag("--no-think", a.no_think, "Chat template variable enable_thinking = false");
   cmd->add_option("--tokens", a.tokens, "Prompt as token ids: 1,2,3");
+  cmd->add_flag("--ids", a.ids, "Print generated token ids instead of text");
+  cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temp", a.sampling.temp, "Temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", a.sampling.top_k, "Top-k filter (0: off)")->capture_default_str();

@@ -6,6 +6,8 @@
 
 #include <queue>
 
+#include "core/error.h"
+
 namespace regolith {
 namespace {
 
@@ -59,7 +61,11 @@ BpeMerges::Found BpeMerges::find(int32_t left, int32_t right) const {
 void BpeMerges::encode_piece(std::string_view bytes, std::vector<int32_t>& out) const {
   if (bytes.empty()) return;
   std::vector<int32_t> symbols(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) symbols[i] = byte_ids_[static_cast<uint8_t>(bytes[i])];
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    uint8_t b = static_cast<uint8_t>(bytes[i]);
+    symbols[i] = byte_ids_[b];
+    if (symbols[i] < 0) fail("cannot encode byte 0x", std::hex, int(b), ": the vocabulary has no token for it");
+  }
   if (symbols.size() <= kShortPiece)
     encode_short(symbols);
   else

@@ -109,9 +109,12 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   std::array<int32_t, 256> byte_ids{};
   for (int b = 0; b < 256; ++b) {
     int32_t id = tok.find_token(byte_level::byte_to_text(static_cast<uint8_t>(b)));
-    if (id == kNoToken)
+    // Bytes that never occur in UTF-8 (0xC0, 0xC1, 0xF5..0xFF) may lack a token in tiny test
+    // vocabularies; text containing one then fails to encode with an error.
+    bool never_in_utf8 = b == 0xC0 || b == 0xC1 || b >= 0xF5;
+    if (id == kNoToken && !never_in_utf8)
       fail(f.source(), ": the vocabulary has no token for byte 0x", std::hex, b,
-           " (a byte-level BPE vocabulary must cover all 256 bytes)");
+           " (a byte-level BPE vocabulary must cover every byte that occurs in UTF-8)");
     byte_ids[b] = id;
   }
   tok.merges_ = BpeMerges(byte_ids);
