@@ -1,4 +1,5 @@
 // The registry of backends by name.
+#include "backend/cpu/cpu_backend.h"
 #include "backend/ops.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
@@ -15,6 +16,7 @@ struct BackendEntry {
 // New backends add one line here.
 const BackendEntry kBackends[] = {
     {"ref", [] { return std::unique_ptr<Backend>(new RefBackend()); }},
+    {"cpu", [] { return std::unique_ptr<Backend>(new CpuBackend()); }},
 };
 
 }  // namespace

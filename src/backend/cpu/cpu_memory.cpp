@@ -1,0 +1,41 @@
+// CPU backend memory: zero-filled, 64-byte aligned host allocations, and the pool and kernel table
+// a backend owns.
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace regolith {
+
+CpuBackend::CpuBackend(const CpuOptions& options) : k_(cpu::kernels(options.isa)), pool_(options.n_threads) {}
+
+Tensor CpuBackend::alloc(DType dtype, std::array<int64_t, 4> ne) {
+  if (ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
+  int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+  size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * 4 + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) fail("alloc: out of memory for ", n, " values");
+  std::memset(p, 0, bytes);
+  return Tensor(dtype, ne, std::shared_ptr<void>(p, std::free));
+}
+
+void CpuBackend::write(Tensor& dst, const void* src, size_t bytes) {
+  if (bytes > static_cast<size_t>(dst.n_elements()) * 4) fail("write: ", bytes, " bytes into ", dst.shape_string());
+  std::memcpy(dst.f32(), src, bytes);
+}
+
+void CpuBackend::read(const Tensor& src, void* dst, size_t bytes) {
+  if (bytes > static_cast<size_t>(src.n_elements()) * 4) fail("read: ", bytes, " bytes from ", src.shape_string());
+  std::memcpy(dst, src.f32(), bytes);
+}
+
+void CpuBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
+  if (src.dtype() != dst.dtype()) fail("copy: dtypes differ");
+  if (n < 0 || src_off < 0 || dst_off < 0 || src_off + n > src.n_elements() || dst_off + n > dst.n_elements())
+    fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
+         dst.shape_string(), " is out of bounds");
+  std::memmove(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4);
+}
+
+}  // namespace regolith

@@ -1,0 +1,163 @@
+// CPU QSA (model-spec §4.5): q/gate split, pooled block keys, block selection and gated attention
+// over the selection. Indexer scores are FP64 sums (kernels' dot_f64) and the choice goes through
+// qsa_top_blocks(), so this backend and ref pick the same blocks. Attention runs per (token, kv
+// head): each selected key and value row is loaded once for all the query heads that share it.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_util.h"
+#include "backend/qsa_topk.h"
+
+namespace regolith {
+
+using namespace cpu;
+
+void CpuBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
+  int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
+  expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
+  expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
+  for (int64_t r = 0; r < nh * T; ++r) {
+    const float* src = qg.f32() + r * 2 * hd;
+    std::copy(src, src + hd, q.f32() + r * hd);
+    std::copy(src + hd, src + 2 * hd, gate.f32() + r * hd);
+  }
+}
+
+void CpuBackend::qsa_pool(const QsaPoolArgs& a) {
+  int64_t d = a.raw_keys->ne(0);
+  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
+  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
+    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
+  if (a.n_rot <= 0 || a.n_rot % 2 || a.n_rot > d) fail("qsa_pool: n_rot ", a.n_rot, " for keys of ", d);
+  std::vector<float> wbuf;
+  const float* w = weight_f32(k_, *a.k_norm, wbuf);
+  int64_t n_blocks = a.block_end - a.block_begin, half = a.n_rot / 2;
+  pool_.parallel_for(n_blocks, grain_for(n_blocks, a.ratio * d, pool_.size()), [&](int64_t b0, int64_t b1) {
+    std::vector<double> sum(d);
+    for (int64_t b = a.block_begin + b0; b < a.block_begin + b1; ++b) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int64_t j = 0; j < a.ratio; ++j) {
+        const float* key = a.raw_keys->f32() + (b * a.ratio + j) * d;
+        for (int64_t i = 0; i < d; ++i) sum[i] += key[i];
+      }
+      float* out = a.pooled->f32() + b * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(sum[i] / a.ratio);
+      float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k_.sum_squares(out, d)) / d + a.eps));
+      for (int64_t i = 0; i < d; ++i) out[i] = out[i] * r * w[i];
+      // RoPE at the block's first position, the angle as rope() computes it.
+      int64_t pos = b * a.ratio;
+      for (int64_t i = 0; i < half; ++i) {
+        float inv_freq = 1.0f / std::pow(a.theta, static_cast<float>(2 * i) / static_cast<float>(a.n_rot));
+        float ang = inv_freq * static_cast<float>(pos);
+        float c = static_cast<float>(std::cos(static_cast<double>(ang))), s = static_cast<float>(std::sin(static_cast<double>(ang)));
+        float x1 = out[i], x2 = out[i + half];
+        out[i] = x1 * c - x2 * s;
+        out[i + half] = x2 * c + x1 * s;
+      }
+    }
+  });
+}
+
+void CpuBackend::qsa_select(const QsaSelectArgs& a) {
+  int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
+  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
+  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
+  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
+  int64_t max_nb = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
+    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
+    int64_t n = std::min(a.top_blocks, nb) * a.ratio + (p + 1 - nb * a.ratio);
+    if (n > max_sel) fail("qsa_select: ", n, " selected positions exceed the ", max_sel, " slots");
+    max_nb = std::max(max_nb, nb);
+  }
+  double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
+  // score[t][b] = Σ_h relu(q_{t,h}·K_b) / sqrt(d), split over rows and pieces of kBlockPiece blocks.
+  constexpr int64_t kBlockPiece = 128;
+  std::vector<double> score(static_cast<size_t>(T * max_nb));
+  int64_t n_pieces = std::max<int64_t>(1, (max_nb + kBlockPiece - 1) / kBlockPiece), b_grain = kBlockPiece;
+  pool_.parallel_for(T * n_pieces, grain_for(T * n_pieces, b_grain * nh * d, pool_.size()), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t t = i / n_pieces, piece = i % n_pieces;
+      int64_t nb = (a.positions[t] + 1) / a.ratio;
+      for (int64_t b = piece * b_grain; b < std::min(nb, (piece + 1) * b_grain); ++b) {
+        const float* key = a.pooled->f32() + b * d;
+        double s = 0;
+        for (int64_t h = 0; h < nh; ++h) s += std::max(0.0, k_.dot_f64(a.iq->f32() + (t * nh + h) * d, key, d));
+        score[t * max_nb + b] = s * inv_sqrt_d;
+      }
+    }
+  });
+  pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
+      std::vector<int64_t> blocks =
+          qsa_top_blocks(std::span<const double>(score.data() + t * max_nb, static_cast<size_t>(nb)), a.top_blocks);
+      // Blocks come back ascending and every block precedes the tail, so positions are ascending.
+      int32_t* out = a.sel->i32() + t * max_sel;
+      int64_t n = 0;
+      for (int64_t b : blocks)
+        for (int64_t i = 0; i < a.ratio; ++i) out[n++] = static_cast<int32_t>(b * a.ratio + i);
+      for (int64_t i = nb * a.ratio; i <= p; ++i) out[n++] = static_cast<int32_t>(i);
+      std::fill(out + n, out + max_sel, -1);
+      a.n_sel->i32()[t] = static_cast<int32_t>(n);
+    }
+  });
+}
+
+void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
+  int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
+  int64_t max_sel = a.sel->ne(0);
+  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
+  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
+  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
+  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
+  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_attend", "sel");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
+  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t n = a.n_sel->i32()[t];
+    if (n < 0 || n > max_sel) fail("qsa_attend: row ", t, " selects ", n, " of ", max_sel, " slots");
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t p = a.sel->i32()[t * max_sel + j];
+      if (p < 0 || p >= cap) fail("qsa_attend: selected position ", p, " outside the cache");
+    }
+  }
+  int64_t group = nh / nkv;
+  const uint8_t* kc = reinterpret_cast<const uint8_t*>(a.k_cache->f32());
+  pool_.parallel_for(T * nkv, grain_for(T * nkv, group * max_sel * hd * 2, pool_.size()), [&](int64_t i0, int64_t i1) {
+    std::vector<float> s, o(group * hd);
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t t = i / nkv, g = i % nkv, n = a.n_sel->i32()[t];
+      const int32_t* sel = a.sel->i32() + t * max_sel;
+      const float* q = a.q->f32() + (t * nh + g * group) * hd;  // the group's heads, hd apart
+      s.resize(group * n);
+      // s[h][j] = q_h·K_{sel_j}: one key row against the group's heads.
+      for (int64_t j = 0; j < n; ++j)
+        k_.mat[0](kc + (static_cast<int64_t>(sel[j]) * nkv + g) * hd * 4, hd * 4, 1, hd, q, hd, group, s.data() + j, n);
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t h = 0; h < group; ++h) {
+        float* sh = s.data() + h * n;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sh[j] *= a.scale);
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += sh[j] = std::exp(sh[j] - mx);
+        float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < n; ++j) sh[j] *= inv;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const float* v = a.v_cache->f32() + (static_cast<int64_t>(sel[j]) * nkv + g) * hd;
+        for (int64_t h = 0; h < group; ++h) k_.axpy(s[h * n + j], v, o.data() + h * hd, hd);
+      }
+      for (int64_t h = 0; h < group; ++h) {
+        const float* gate = a.gate->f32() + (t * nh + g * group + h) * hd;
+        float* out = a.out->f32() + t * nh * hd + (g * group + h) * hd;
+        for (int64_t e = 0; e < hd; ++e) out[e] = o[h * hd + e] * sigmoidf(gate[e]);
+      }
+    }
+  });
+}
+
+}  // namespace regolith

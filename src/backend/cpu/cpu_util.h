@@ -1,0 +1,67 @@
+// Helpers shared by the CPU backend's op files: shape checks (the same errors as ref's), weight
+// rows as the kernels see them, the threaded row-split matrix product, scalar activations.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace regolith::cpu {
+
+inline void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
+  if (t.empty() || t.ne() != ne)
+    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
+         ne[1], ", ", ne[2], ", ", ne[3], "}");
+}
+
+inline void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
+}
+
+// Consecutive rows of a weight: K values of `type` each, row r at data + r·row_bytes.
+struct WeightRows {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+  int64_t K = 0;
+};
+
+inline WeightRows rows_of(const Weight& w, int64_t first_row = 0) {
+  return {w.type, w.data + static_cast<uint64_t>(first_row) * w.row_bytes, w.row_bytes, w.ne[0]};
+}
+
+// out[t·ldo + r − r0] = W_r · x_t for r in [r0, r1), t < T, on the calling thread. Types without a
+// direct kernel are dequantized a few rows at a time into a thread-local buffer.
+void mat_rows(const Kernels& k, const WeightRows& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t T,
+              float* out, int64_t ldo);
+
+// The same over rows [0, N), split over the pool when the product is large enough to pay for it.
+void mat_parallel(ThreadPool& pool, const Kernels& k, const WeightRows& w, int64_t N, const float* x, int64_t ldx,
+                  int64_t T, float* out, int64_t ldo);
+
+// Row r of a weight widened to FP32 into out (K values).
+void row_to_f32(const Kernels& k, const WeightRows& w, int64_t r, float* out);
+
+// All values of a small weight (norm gammas, conv taps, gates) as FP32: the mapping itself for
+// F32, else a copy in buf.
+const float* weight_f32(const Kernels& k, const Weight& w, std::vector<float>& buf);
+
+// Rows in one chunk of a parallel_for so that each chunk carries about `work` units when one row
+// costs `row_cost`; a whole range of little work stays one chunk (runs on the calling thread).
+inline int64_t grain_for(int64_t n, int64_t row_cost, int64_t n_threads, int64_t work = 1 << 15) {
+  if (n * row_cost < 2 * work || n_threads <= 1) return n;
+  int64_t by_work = std::max<int64_t>(1, work / std::max<int64_t>(1, row_cost));
+  int64_t by_balance = (n + 4 * n_threads - 1) / (4 * n_threads);
+  return std::min(std::max(by_work, by_balance), n);
+}
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float siluf(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace regolith::cpu
