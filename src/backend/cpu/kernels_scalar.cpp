@@ -1,30 +1,75 @@
-// Portable kernels (one lane): the fallback on CPUs without AVX2 and the plain path the SIMD
-// tables are checked against (tests/ops/cpu_kernels_test.cpp).
+// Portable kernels: the fallback on CPUs without AVX2, and the plain path the SIMD tables are
+// checked against (tests/ops/cpu_kernels_test.cpp). A "vector" is 8 floats in an array, so the
+// summation order (8 partial sums) and the tail handling match the AVX2 table, and the compiler
+// may map the lane loops onto whatever SIMD the baseline target has.
 #include "backend/cpu/kernels_impl.h"
 #include "core/half.h"
 
 namespace regolith::cpu {
 namespace {
 
+struct Lanes {
+  float v[8];
+};
+
 struct Scalar {
-  using V = float;
-  static constexpr int W = 1, RB = 4, TB = 4, RB1 = 4;
-  static V zero() { return 0.0f; }
-  static V set1(float a) { return a; }
-  static V load(const float* p) { return *p; }
-  static V load_n(const float* p, int) { return *p; }
-  static void store(float* p, V v) { *p = v; }
-  static void store_n(float* p, V v, int) { *p = v; }
-  static V fma(V a, V b, V c) { return a * b + c; }
-  static V mul(V a, V b) { return a * b; }
-  static V add(V a, V b) { return a + b; }
-  static V sub(V a, V b) { return a - b; }
-  static float reduce(V v) { return v; }
-  static V load_f16(const uint16_t* p) { return f16_to_f32(*p); }
-  static V load_f16_n(const uint16_t* p, int) { return f16_to_f32(*p); }
-  static V load_bf16(const uint16_t* p) { return bf16_to_f32(*p); }
-  static V load_bf16_n(const uint16_t* p, int) { return bf16_to_f32(*p); }
-  static V load_q8(const int8_t* p) { return static_cast<float>(*p); }
+  using V = Lanes;
+  static constexpr int W = 8, RB = 4, TB = 4, RB1 = 4;
+  static V zero() { return V{}; }
+  static V set1(float a) {
+    V r;
+    for (float& x : r.v) x = a;
+    return r;
+  }
+  static V load(const float* p) { return load_n(p, W); }
+  static V load_n(const float* p, int n) {
+    V r{};
+    for (int i = 0; i < n; ++i) r.v[i] = p[i];
+    return r;
+  }
+  static void store(float* p, V v) { store_n(p, v, W); }
+  static void store_n(float* p, V v, int n) {
+    for (int i = 0; i < n; ++i) p[i] = v.v[i];
+  }
+  static V fma(V a, V b, V c) {
+    for (int i = 0; i < W; ++i) c.v[i] += a.v[i] * b.v[i];
+    return c;
+  }
+  static V mul(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] *= b.v[i];
+    return a;
+  }
+  static V add(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] += b.v[i];
+    return a;
+  }
+  static V sub(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] -= b.v[i];
+    return a;
+  }
+  // Pairwise, as the AVX2 reduction adds its lanes.
+  static float reduce(V a) {
+    float s[4];
+    for (int i = 0; i < 4; ++i) s[i] = a.v[i] + a.v[i + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+  }
+  static V load_f16(const uint16_t* p) { return load_f16_n(p, W); }
+  static V load_f16_n(const uint16_t* p, int n) {
+    V r{};
+    for (int i = 0; i < n; ++i) r.v[i] = f16_to_f32(p[i]);
+    return r;
+  }
+  static V load_bf16(const uint16_t* p) { return load_bf16_n(p, W); }
+  static V load_bf16_n(const uint16_t* p, int n) {
+    V r{};
+    for (int i = 0; i < n; ++i) r.v[i] = bf16_to_f32(p[i]);
+    return r;
+  }
+  static V load_q8(const int8_t* p) {
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
   static float f16_scalar(uint16_t h) { return f16_to_f32(h); }
 };
 
