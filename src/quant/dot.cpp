@@ -1,5 +1,7 @@
 #include "quant/dot.h"
 
+#include <cpuid.h>
+
 #include "core/error.h"
 #include "quant/dot_kernels.h"
 #include "quant/formats.h"
@@ -8,9 +10,15 @@
 namespace regolith::quant {
 namespace {
 
+// clang 14's __builtin_cpu_supports does not know "f16c"; ask cpuid (leaf 1, ECX bit 29).
+bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {
