@@ -1,11 +1,14 @@
 // Matvec throughput per weight type: regolith's best dot kernel against llama.cpp v0.5.0's
 // vec_dot (libggml's CPU library for this machine, loaded as in tests/quant), on the same
 // weight bytes, single- and multi-threaded. A benchmark, not a test: prints a markdown table.
-//   regolith_quant_bench [--rows R] [--cols N] [--threads T] [--reps K] [--type NAME]...
+//   regolith_quant_bench [--rows R] [--cols N] [--threads T] [--reps K] [--type NAME]... [--quantize]
+// With --quantize it measures quantization instead: rows per second of regolith's quantize_row
+// against ggml_quantize_chunk, one thread, with an importance row (Mvalues/s).
 // Weights are random Gaussian rows quantized by regolith (256 distinct rows tiled to R), so the
 // matrix streams from memory like a real one; activations are quantized once outside timing.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +29,7 @@ namespace {
 struct Options {
   int64_t rows = 16384, cols = 2560;
   int threads = 2, reps = 7;
+  bool quantize = false;
   std::vector<GgmlType> types;
 };
 
@@ -68,6 +72,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--cols") o.cols = std::atoll(next());
     else if (a == "--threads") o.threads = std::atoi(next());
     else if (a == "--reps") o.reps = std::atoi(next());
+    else if (a == "--quantize") o.quantize = true;
     else if (a == "--type") {
       auto t = type_from_name(next());
       if (!t) {
@@ -76,7 +81,7 @@ Options parse(int argc, char** argv) {
       }
       o.types.push_back(*t);
     } else {
-      std::fprintf(stderr, "usage: %s [--rows R] [--cols N] [--threads T] [--reps K] [--type NAME]...\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--rows R] [--cols N] [--threads T] [--reps K] [--type NAME]... [--quantize]\n", argv[0]);
       std::exit(2);
     }
   }
@@ -88,6 +93,34 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// Quantization speed: `rows` Gaussian rows of `cols` values with a log-normal importance row.
+void bench_quantize(const Options& o, const test::GgmlRef& ref) {
+  std::printf("quantization, %lld rows x %lld values, 1 thread, with importance (Mvalues/s)\n\n",
+              static_cast<long long>(o.rows), static_cast<long long>(o.cols));
+  std::printf("| type | regolith | llama.cpp | ratio |\n|---|---:|---:|---:|\n");
+  std::mt19937 rng(2);
+  std::normal_distribution<float> gauss(0, 1);
+  std::vector<float> x(o.rows * o.cols), imp(o.cols);
+  for (float& v : x) v = gauss(rng);
+  for (float& v : imp) v = std::exp(1.5f * gauss(rng));
+  for (GgmlType t : o.types) {
+    if (traits(t).block_size == 1 || o.cols % traits(t).block_size != 0) continue;
+    const uint64_t rb = row_bytes(t, o.cols);
+    std::vector<uint8_t> out(rb * o.rows);
+    quantize_row(t, x.data(), o.cols, out.data(), imp.data());  // one-time tables, both sides
+    ref.quantize_chunk(static_cast<int>(t), x.data(), out.data(), 0, 1, o.cols, imp.data());
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < o.rows; ++r) quantize_row(t, x.data() + r * o.cols, o.cols, out.data() + r * rb, imp.data());
+    auto t1 = std::chrono::steady_clock::now();
+    ref.quantize_chunk(static_cast<int>(t), x.data(), out.data(), 0, o.rows, o.cols, imp.data());
+    auto t2 = std::chrono::steady_clock::now();
+    const double mv = static_cast<double>(o.rows * o.cols) / 1e6;
+    const double a = mv / std::chrono::duration<double>(t1 - t0).count(), b = mv / std::chrono::duration<double>(t2 - t1).count();
+    std::printf("| %s | %.2f | %.2f | %.2f |\n", std::string(type_name(t)).c_str(), a, b, a / b);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +130,10 @@ int main(int argc, char** argv) {
   if (!ref || !ref->type_traits_cpu) {
     std::fprintf(stderr, "llama.cpp's CPU library is unavailable (%s); run the quant tests' fetch fixture first\n", error.c_str());
     return 1;
+  }
+  if (o.quantize) {
+    bench_quantize(o, *ref);
+    return 0;
   }
   std::printf("regolith %s kernels vs llama.cpp v0.5.0 libggml-cpu-%s; %lld x %lld matvec, %d thread(s), median of %d\n\n",
               quant::isa_name(quant::best_isa()), ref->cpu_variant.c_str(), static_cast<long long>(o.rows),

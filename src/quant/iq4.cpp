@@ -18,17 +18,32 @@ namespace {
 
 constexpr int kBlock = 32;
 
-// Index of the table value nearest to v (ties to the lower one).
-int nearest_value(float v) {
-  const int8_t* t = kIq4NlValues;
-  if (v <= t[0]) return 0;
-  if (v >= t[15]) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (v < t[mid]) hi = mid; else lo = mid;
+// Index of the table value nearest to v. The midpoints between table values are multiples of
+// 1/2, so a table over half-unit cells of [-128, 128) answers exactly (ties go up).
+struct NearestTable {
+  int8_t index[512];
+};
+
+constexpr NearestTable make_nearest_table() {
+  NearestTable t{};
+  for (int k = 0; k < 512; ++k) {
+    const float centre = (k - 256) * 0.5f + 0.25f;
+    int best = 0;
+    for (int i = 1; i < 16; ++i) {
+      float di = centre - kIq4NlValues[i], db = centre - kIq4NlValues[best];
+      if (di * di < db * db) best = i;
+    }
+    t.index[k] = static_cast<int8_t>(best);
   }
-  return v - t[lo] <= t[hi] - v ? lo : hi;
+  return t;
+}
+
+constexpr NearestTable kNearest = make_nearest_table();
+
+inline int nearest_value(float v) {
+  const float c = 2.0f * v + 256.0f;
+  const int k = c <= 0.0f ? 0 : c >= 511.0f ? 511 : static_cast<int>(c);
+  return kNearest.index[k];
 }
 
 // Codes for the stored scale d and their weighted error.

@@ -1,6 +1,6 @@
 // Grids of the I-quants and the non-linear 4-bit value tables: format constants that must match
 // ggml byte for byte. Copied as data from ggml/src/ggml-common.h of llama.cpp v0.5.0 (tables
-// iq2xxs_grid, iq2xs_grid, iq2s_grid, iq3xxs_grid, iq3s_grid, kvalues_iq4nl, kvalues_fp4).
+// iq2xxs_grid, iq2xs_grid, iq2s_grid, iq3xxs_grid, iq3s_grid; the 16-entry tables are in the header).
 // Each grid entry packs 8 (IQ2) or 4 (IQ3) unsigned magnitudes, one per byte, lowest byte first.
 #include "quant/iq_grids.h"
 
@@ -564,9 +564,5 @@ const uint32_t kIq3SGrid[512] = {
     0x0f050701, 0x0f050b03, 0x0f070105, 0x0f070705, 0x0f07070b, 0x0f070b07, 0x0f090103, 0x0f09010b,
     0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 };
-
-const int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-// E2M1 values, doubled so that they are integers.
-const int8_t kFp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 }  // namespace regolith::quant

@@ -346,20 +346,21 @@ void dequantize_mxfp4(const void* in, int64_t n, float* y) {
 
 namespace {
 
+// E2M1 code of the magnitude nearest to |v| in half units: the midpoints between the doubled
+// magnitudes 0,1,2,3,4,6,8,12 are multiples of 1/2.
+constexpr uint8_t kFp4Magnitude[32] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 6, 6,
+                                       6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+
 float mxfp4_codes(const float* x, const float* w, float d, uint8_t* L) {
+  const float id = 1.0f / d;  // d is a power of two: exact
   float err = 0;
   for (int j = 0; j < kBlock; ++j) {
-    int best = 0;
-    float best_diff = std::fabs(kFp4Values[0] * d - x[j]);
-    for (int k = 1; k < 16; ++k) {
-      float diff = std::fabs(kFp4Values[k] * d - x[j]);
-      if (diff < best_diff) {
-        best_diff = diff;
-        best = k;
-      }
-    }
-    L[j] = static_cast<uint8_t>(best);
-    err += w[j] * best_diff * best_diff;
+    const float a = 2.0f * std::fabs(x[j] * id);
+    const int m = kFp4Magnitude[a >= 31.0f ? 31 : static_cast<int>(a)];
+    const int code = x[j] < 0 && m ? m + 8 : m;
+    L[j] = static_cast<uint8_t>(code);
+    const float diff = kFp4Values[code] * d - x[j];
+    err += w[j] * diff * diff;
   }
   return err;
 }
