@@ -185,40 +185,23 @@ float dot_float(int64_t n, const void* row, const void* act) {
 
 // ---- 32-value blocks × Q8_0 ------------------------------------------------------------------
 //
-// Each kernel supplies unpack(i, half) → the 32 signed (or, for affine blocks, unsigned) weight
-// bytes of block i and its scale(s); the loop runs two blocks per step into two accumulators so
-// that the float chain does not bound the speed.
+// A block type is described by an unpacker: operator() gives its 32 weight bytes in row order
+// (signed for the symmetric formats, unsigned codes for the affine ones) and scale() its float
+// scale (offset() its offset, for the affine ones). The loops run two blocks per step into two
+// accumulators so that the float chain does not bound the speed; dot_avx512.cpp has 512-bit
+// loops over the same unpackers.
 
-template <typename P, typename Block, typename Unpack>
-float dot_blocks32(int64_t n, const Block* x, const BlockQ8_0* y, Unpack unpack) {
-  const F16 h;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / 32;
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m256i s0 = dot_signed<P>(unpack(x[i]), load256(y[i].qs));
-    const __m256i s1 = dot_signed<P>(unpack(x[i + 1]), load256(y[i + 1].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h(x[i].d) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h(x[i + 1].d) * h(y[i + 1].d)), _mm256_cvtepi32_ps(s1), acc1);
-  }
-  if (i < nb) {
-    const __m256i s0 = dot_signed<P>(unpack(x[i]), load256(y[i].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h(x[i].d) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
+struct UnpackQ8_0 {
+  using Block = BlockQ8_0;
+  __m256i operator()(const Block& b) const { return load256(b.qs); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+};
 
-template <typename P>
-float dot_q8_0(int64_t n, const void* row, const void* act) {
-  return dot_blocks32<P>(n, static_cast<const BlockQ8_0*>(row), static_cast<const BlockQ8_0*>(act),
-                         [](const BlockQ8_0& b) { return load256(b.qs); });
-}
-
-template <typename P>
-float dot_q4_0(int64_t n, const void* row, const void* act) {
-  return dot_blocks32<P>(n, static_cast<const BlockQ4_0*>(row), static_cast<const BlockQ8_0*>(act),
-                         [](const BlockQ4_0& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); });
-}
+struct UnpackQ4_0 {
+  using Block = BlockQ4_0;
+  __m256i operator()(const Block& b) const { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+};
 
 inline __m256i q5_values(const uint8_t* qs, const uint8_t* qh) {
   uint32_t bits;
@@ -226,68 +209,80 @@ inline __m256i q5_values(const uint8_t* qs, const uint8_t* qh) {
   return _mm256_or_si256(nibbles(qs), _mm256_and_si256(bit_mask_bytes(bits), _mm256_set1_epi8(0x10)));
 }
 
-template <typename P>
-float dot_q5_0(int64_t n, const void* row, const void* act) {
-  return dot_blocks32<P>(n, static_cast<const BlockQ5_0*>(row), static_cast<const BlockQ8_0*>(act),
-                         [](const BlockQ5_0& b) { return _mm256_sub_epi8(q5_values(b.qs, b.qh), _mm256_set1_epi8(16)); });
-}
+struct UnpackQ5_0 {
+  using Block = BlockQ5_0;
+  __m256i operator()(const Block& b) const { return _mm256_sub_epi8(q5_values(b.qs, b.qh), _mm256_set1_epi8(16)); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+};
 
-template <typename P>
-float dot_iq4_nl(int64_t n, const void* row, const void* act) {
-  const __m256i table = lut16(kIq4NlValues);
-  return dot_blocks32<P>(n, static_cast<const BlockIq4Nl*>(row), static_cast<const BlockQ8_0*>(act),
-                         [&](const BlockIq4Nl& b) { return _mm256_shuffle_epi8(table, nibbles(b.qs)); });
-}
+struct UnpackIq4Nl {
+  using Block = BlockIq4Nl;
+  __m256i table = lut16(kIq4NlValues);
+  __m256i operator()(const Block& b) const { return _mm256_shuffle_epi8(table, nibbles(b.qs)); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+};
 
 // MXFP4 keeps a power-of-two exponent instead of an fp16 scale.
-template <typename P>
-float dot_mxfp4(int64_t n, const void* row, const void* act) {
-  const auto* x = static_cast<const BlockMxfp4*>(row);
+struct UnpackMxfp4 {
+  using Block = BlockMxfp4;
+  __m256i table = lut16(kFp4Values);
+  __m256i operator()(const Block& b) const { return _mm256_shuffle_epi8(table, nibbles(b.qs)); }
+  float scale(const Block& b, const F16&) const { return e8m0_half(b.e); }
+};
+
+// Affine blocks (Q4_1, Q5_1): d·Σq·a + m·Σa, with Σa of the activation codes computed here
+// exactly (ggml pairs them with Q8_1, whose fp16 d·Σq rounds).
+struct UnpackQ4_1 {
+  using Block = BlockQ4_1;
+  __m256i operator()(const Block& b) const { return nibbles(b.qs); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+  float offset(const Block& b, const F16& h) const { return h(b.m); }
+};
+
+struct UnpackQ5_1 {
+  using Block = BlockQ5_1;
+  __m256i operator()(const Block& b) const { return q5_values(b.qs, b.qh); }
+  float scale(const Block& b, const F16& h) const { return h(b.d); }
+  float offset(const Block& b, const F16& h) const { return h(b.m); }
+};
+
+template <typename P, typename U>
+float dot_blocks32(int64_t n, const void* row, const void* act) {
+  const auto* x = static_cast<const typename U::Block*>(row);
   const auto* y = static_cast<const BlockQ8_0*>(act);
   const F16 h;
-  const __m256i table = lut16(kFp4Values);
+  const U unpack;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const int64_t nb = n / 32;
   int64_t i = 0;
   for (; i + 1 < nb; i += 2) {
-    const __m256i s0 = dot_signed<P>(_mm256_shuffle_epi8(table, nibbles(x[i].qs)), load256(y[i].qs));
-    const __m256i s1 = dot_signed<P>(_mm256_shuffle_epi8(table, nibbles(x[i + 1].qs)), load256(y[i + 1].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(x[i].e) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(x[i + 1].e) * h(y[i + 1].d)), _mm256_cvtepi32_ps(s1), acc1);
+    const __m256i s0 = dot_signed<P>(unpack(x[i]), load256(y[i].qs));
+    const __m256i s1 = dot_signed<P>(unpack(x[i + 1]), load256(y[i + 1].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(unpack.scale(x[i], h) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(unpack.scale(x[i + 1], h) * h(y[i + 1].d)), _mm256_cvtepi32_ps(s1), acc1);
   }
   if (i < nb) {
-    const __m256i s0 = dot_signed<P>(_mm256_shuffle_epi8(table, nibbles(x[i].qs)), load256(y[i].qs));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(x[i].e) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
+    const __m256i s0 = dot_signed<P>(unpack(x[i]), load256(y[i].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(unpack.scale(x[i], h) * h(y[i].d)), _mm256_cvtepi32_ps(s0), acc0);
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Affine blocks (Q4_1, Q5_1): d·Σq·a + m·Σa, with Σa of the activation codes computed here
-// exactly (ggml pairs them with Q8_1, whose fp16 d·Σq rounds).
-template <typename P, typename Block, typename Unpack>
-float dot_affine32(int64_t n, const Block* x, const BlockQ8_0* y, Unpack unpack) {
+template <typename P, typename U>
+float dot_affine32(int64_t n, const void* row, const void* act) {
+  const auto* x = static_cast<const typename U::Block*>(row);
+  const auto* y = static_cast<const BlockQ8_0*>(act);
   const F16 h;
+  const U unpack;
   const __m256i ones = _mm256_set1_epi8(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / 32; ++i) {
     const __m256i a = load256(y[i].qs);
     const float da = h(y[i].d);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h(x[i].d) * da), _mm256_cvtepi32_ps(P::dot(unpack(x[i]), a)), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h(x[i].m) * da), _mm256_cvtepi32_ps(P::dot(ones, a)), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(unpack.scale(x[i], h) * da), _mm256_cvtepi32_ps(P::dot(unpack(x[i]), a)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(unpack.offset(x[i], h) * da), _mm256_cvtepi32_ps(P::dot(ones, a)), acc1);
   }
   return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-template <typename P>
-float dot_q4_1(int64_t n, const void* row, const void* act) {
-  return dot_affine32<P>(n, static_cast<const BlockQ4_1*>(row), static_cast<const BlockQ8_0*>(act),
-                         [](const BlockQ4_1& b) { return nibbles(b.qs); });
-}
-
-template <typename P>
-float dot_q5_1(int64_t n, const void* row, const void* act) {
-  return dot_affine32<P>(n, static_cast<const BlockQ5_1*>(row), static_cast<const BlockQ8_0*>(act),
-                         [](const BlockQ5_1& b) { return q5_values(b.qs, b.qh); });
 }
 
 // Q2_0: 64 values per block, value j in bits 2(j%4) of byte j/4; spans two Q8_0 blocks.
@@ -667,14 +662,14 @@ constexpr DotTable make_simd_table() {
   t[static_cast<int>(GgmlType::F32)] = dot_float<float, load_f32x8, scalar_f32>;
   t[static_cast<int>(GgmlType::F16)] = dot_float<uint16_t, load_f16x8, scalar_f16>;
   t[static_cast<int>(GgmlType::BF16)] = dot_float<uint16_t, load_bf16x8, scalar_bf16>;
-  t[static_cast<int>(GgmlType::Q4_0)] = dot_q4_0<P>;
-  t[static_cast<int>(GgmlType::Q4_1)] = dot_q4_1<P>;
-  t[static_cast<int>(GgmlType::Q5_0)] = dot_q5_0<P>;
-  t[static_cast<int>(GgmlType::Q5_1)] = dot_q5_1<P>;
-  t[static_cast<int>(GgmlType::Q8_0)] = dot_q8_0<P>;
+  t[static_cast<int>(GgmlType::Q4_0)] = dot_blocks32<P, UnpackQ4_0>;
+  t[static_cast<int>(GgmlType::Q4_1)] = dot_affine32<P, UnpackQ4_1>;
+  t[static_cast<int>(GgmlType::Q5_0)] = dot_blocks32<P, UnpackQ5_0>;
+  t[static_cast<int>(GgmlType::Q5_1)] = dot_affine32<P, UnpackQ5_1>;
+  t[static_cast<int>(GgmlType::Q8_0)] = dot_blocks32<P, UnpackQ8_0>;
   t[static_cast<int>(GgmlType::Q2_0)] = dot_q2_0<P>;
-  t[static_cast<int>(GgmlType::MXFP4)] = dot_mxfp4<P>;
-  t[static_cast<int>(GgmlType::IQ4_NL)] = dot_iq4_nl<P>;
+  t[static_cast<int>(GgmlType::MXFP4)] = dot_blocks32<P, UnpackMxfp4>;
+  t[static_cast<int>(GgmlType::IQ4_NL)] = dot_blocks32<P, UnpackIq4Nl>;
   t[static_cast<int>(GgmlType::Q2_K)] = dot_q2_k<P>;
   t[static_cast<int>(GgmlType::Q3_K)] = dot_q3_k<P>;
   t[static_cast<int>(GgmlType::Q4_K)] = dot_q45_k<P, false>;
