@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "engine_test_util.h"
@@ -56,23 +57,26 @@ class Reference {
   std::map<std::string, const StTensor*> index_;
 };
 
-class Parity : public ::testing::TestWithParam<std::string> {
+// Parameters: fixture, backend.
+class Parity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    engine_ = Engine::open(engine_model(GetParam() + ".f32.gguf"), "ref");
-    ref_ = std::make_unique<Reference>(GetParam());
+    std::tie(fixture_, backend_) = GetParam();
+    engine_ = Engine::open(engine_model(fixture_ + ".f32.gguf"), backend_);
+    ref_ = std::make_unique<Reference>(fixture_);
     V_ = engine_->n_vocab();
   }
   void report(const std::string& prompt, const std::string& mode, const LogitsDiff& d) {
-    std::printf("[parity] %s %s %-10s max|d| %.3e  rel %.3e  argmax mismatches %lld\n", GetParam().c_str(),
+    std::printf("[parity] %s %s %s %-10s max|d| %.3e  rel %.3e  argmax mismatches %lld\n", backend_.c_str(), fixture_.c_str(),
                 prompt.c_str(), mode.c_str(), d.max_abs, d.max_rel, (long long)d.argmax_mismatches);
-    expect_within_tolerance(d, GetParam() + " " + prompt + " " + mode);
+    expect_within_tolerance(d, backend_ + " " + fixture_ + " " + prompt + " " + mode);
   }
   std::vector<float> eval(const std::vector<int32_t>& tokens, int64_t chunk) {
     Session s(engine_);
     return s.eval(tokens, {.chunk = chunk});
   }
 
+  std::string fixture_, backend_;
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<Reference> ref_;
   int64_t V_ = 0;
@@ -124,7 +128,7 @@ TEST_P(Parity, GreedyContinuation) {
       got.push_back(next);
       logits = s.eval(std::vector<int32_t>{next}, {.all_logits = false});
     }
-    EXPECT_EQ(got, want) << GetParam() << " " << p;
+    EXPECT_EQ(got, want) << backend_ << " " << fixture_ << " " << p;
     report(p, "greedy", compare_logits(got_logits, want_logits, V_));
   }
 }
@@ -159,17 +163,17 @@ TEST_P(Parity, QsaSelection) {
             if (ours[j]) a += std::to_string(j) + ",";
             if (mask[t * T + j]) b += std::to_string(j) + ",";
           }
-          ADD_FAILURE() << GetParam() << " " << p << " layer " << il << " row " << t << "\n ours " << a << "\n  ref " << b;
+          ADD_FAILURE() << backend_ << " " << fixture_ << " " << p << " layer " << il << " row " << t << "\n ours " << a << "\n  ref " << b;
         }
       }
-      EXPECT_EQ(rows_differ, 0) << GetParam() << " " << p << " layer " << il;
+      EXPECT_EQ(rows_differ, 0) << backend_ << " " << fixture_ << " " << p << " layer " << il;
     }
   }
 }
 
 // The GGUF in the checkpoint's own type (bf16 for tiny-a: the reference ran on exactly those values).
 TEST_P(Parity, CheckpointTypeWholeAndDecode) {
-  engine_ = Engine::open(engine_model(GetParam() + ".native.gguf"), "ref");
+  engine_ = Engine::open(engine_model(fixture_ + ".native.gguf"), backend_);
   for (const std::string& p : ref_->prompts()) {
     auto tokens = ref_->ints(p + ".tokens");
     report(p, "native", compare_logits(eval(tokens, 0), ref_->floats(p + ".logits"), V_));
@@ -177,9 +181,9 @@ TEST_P(Parity, CheckpointTypeWholeAndDecode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::ValuesIn(fixture_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Combine(::testing::ValuesIn(fixture_names()), ::testing::Values("ref", "cpu")),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

@@ -122,7 +122,7 @@ void CpuBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const We
 void CpuBackend::gdn_recurrent(const GdnScanArgs& a) {
   check_scan(a, "gdn_recurrent");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
-  pool_.parallel_for(nv, 1, [&](int64_t h0, int64_t h1) {
+  pool_.parallel_for(nv, grain_for(nv, 4 * dk * dv * T, pool_.size()), [&](int64_t h0, int64_t h1) {
     std::vector<float> q(dk), kk(dk);
     for (int64_t h = h0; h < h1; ++h) {
       float* S = a.state->f32() + h * dk * dv;
@@ -139,7 +139,8 @@ void CpuBackend::gdn_recurrent(const GdnScanArgs& a) {
 void CpuBackend::gdn_chunked(const GdnScanArgs& a) {
   check_scan(a, "gdn_chunked");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
-  pool_.parallel_for(nv, 1, [&](int64_t h0, int64_t h1) {
+  int64_t head_cost = T * (6 * dk * dv + 2 * std::min(kChunk, T) * (dk + dv));
+  pool_.parallel_for(nv, grain_for(nv, head_cost, pool_.size()), [&](int64_t h0, int64_t h1) {
     ChunkScratch c;
     c.resize(std::min(kChunk, T), dk, dv);
     for (int64_t h = h0; h < h1; ++h)

@@ -80,7 +80,9 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
   int64_t pieces = std::max<int64_t>(1, (4 * pool_.size() + n_active - 1) / std::max<int64_t>(1, n_active));
   int64_t f_grain = std::min(F, ((F + pieces - 1) / pieces + 15) / 16 * 16);
   int64_t f_pieces = (F + f_grain - 1) / f_grain;
-  pool_.parallel_for(n_active * f_pieces, 1, [&](int64_t i0, int64_t i1) {
+  int64_t n_items = n_active * f_pieces;
+  pool_.parallel_for(n_items, grain_for(n_items, 2 * n_pairs * F * H / std::max<int64_t>(1, n_items), pool_.size()),
+                     [&](int64_t i0, int64_t i1) {
     std::vector<float> g, u;
     for (int64_t i = i0; i < i1; ++i) {
       int64_t e = active[i / f_pieces], f0 = (i % f_pieces) * f_grain, f1 = std::min(F, f0 + f_grain);

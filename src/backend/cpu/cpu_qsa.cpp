@@ -90,7 +90,7 @@ void CpuBackend::qsa_select(const QsaSelectArgs& a) {
       }
     }
   });
-  pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+  pool_.parallel_for(T, grain_for(T, 16 * max_nb + max_sel, pool_.size()), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
       std::vector<int64_t> blocks =

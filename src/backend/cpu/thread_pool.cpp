@@ -20,6 +20,8 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 
 thread_local bool t_in_pool_job = false;
 
+uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -31,47 +33,53 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(park_mutex_);
-    stop_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
+    stop_.store(true, std::memory_order_release);
   }
   park_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::work_on_job() {
+// Claims and runs chunks of job `generation` until none is left (or a later job has begun).
+void ThreadPool::work_on(uint32_t generation) {
   bool was_in_job = t_in_pool_job;
   t_in_pool_job = true;
+  uint64_t s = state_.load(std::memory_order_acquire);
   for (;;) {
-    int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= n_chunks_) break;
-    int64_t b = c * grain_, e = std::min(n_, b + grain_);
+    if (generation_of(s) != generation) break;
+    uint32_t c = static_cast<uint32_t>(s);
+    if (c >= n_chunks_.load(std::memory_order_relaxed)) break;  // a stale count only makes the claim below fail
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    int64_t b = static_cast<int64_t>(c) * grain_, e = std::min(n_, b + grain_);
     try {
       fn_(ctx_, b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
     }
+    done_chunks_.fetch_add(1, std::memory_order_release);
+    s = state_.load(std::memory_order_acquire);
   }
   t_in_pool_job = was_in_job;
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     auto spin_until = std::chrono::steady_clock::now() + kSpin;
-    uint64_t g;
     int polls = 0;
-    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+    uint32_t g;
+    while ((g = generation_of(state_.load(std::memory_order_acquire))) == seen) {
+      if (stop_.load(std::memory_order_acquire)) return;
       REGOLITH_CPU_RELAX();
       if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         std::unique_lock<std::mutex> lock(park_mutex_);
-        park_cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        park_cv_.wait(lock, [&] {
+          return stop_.load(std::memory_order_acquire) || generation_of(state_.load(std::memory_order_acquire)) != seen;
+        });
       }
     }
     seen = g;
-    if (stop_) return;
-    work_on_job();
-    busy_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    work_on(g);
   }
 }
 
@@ -90,22 +98,31 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
     t_in_pool_job = was_in_job;
     return;
   }
+  if (n_chunks > UINT32_MAX / 2) {  // keep the chunk index inside its 32 bits
+    grain = (n + UINT32_MAX / 2 - 1) / (UINT32_MAX / 2);
+    n_chunks = (n + grain - 1) / grain;
+  }
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
   grain_ = grain;
-  n_chunks_ = n_chunks;
+  n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_relaxed);
   error_ = nullptr;
-  next_chunk_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  done_chunks_.store(0, std::memory_order_relaxed);
+  uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
   {
     // Under the park mutex, so that a worker between its last check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(park_mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    state_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   }
   park_cv_.notify_all();
-  work_on_job();
-  while (busy_workers_.load(std::memory_order_acquire) != 0) REGOLITH_CPU_RELAX();
+  work_on(generation);
+  for (int polls = 0; done_chunks_.load(std::memory_order_acquire) != n_chunks; ++polls) {
+    if (polls < 4096)
+      REGOLITH_CPU_RELAX();
+    else
+      std::this_thread::yield();  // a worker holding a chunk was descheduled
+  }
   if (error_) std::rethrow_exception(error_);
 }
 

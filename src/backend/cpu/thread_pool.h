@@ -1,8 +1,10 @@
 // A persistent pool of worker threads for the CPU backend's ops. The calling thread takes part;
 // workers spin briefly after each job (decode runs many short ops back to back) and then park on a
-// condition variable. Work is handed out in chunks from an atomic counter, so uneven chunks
-// balance themselves. One job at a time: a parallel_for issued while another runs (from a worker,
-// or from a second thread using the same backend) runs on its calling thread alone.
+// condition variable. Chunks are claimed from one atomic word that carries the job's generation,
+// so a worker that wakes late can never take a chunk of a later job, and the caller waits only
+// for chunks that were claimed, never for a worker that has not woken yet. One job at a time: a
+// parallel_for issued while another runs (from inside a chunk, or from a second thread using the
+// same backend) runs on its calling thread alone.
 #pragma once
 
 #include <atomic>
@@ -29,34 +31,36 @@ class ThreadPool {
   template <class F>
   void parallel_for(int64_t n, int64_t grain, F&& fn) {
     if (n <= 0) return;
-    auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); };
-    run(n, grain < 1 ? 1 : grain, call, &fn);
+    using Fn = std::remove_reference_t<F>;
+    auto call = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
+    run(n, grain < 1 ? 1 : grain, call, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:
   using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
   void run(int64_t n, int64_t grain, ChunkFn fn, void* ctx);
-  void work_on_job();
+  void work_on(uint32_t generation);
   void worker_loop();
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;  // one job at a time
 
-  // The current job.
+  // The current job; written before its generation is published, constant until its last chunk
+  // is done.
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t n_ = 0, grain_ = 1, n_chunks_ = 0;
-  std::atomic<int64_t> next_chunk_{0};
-  std::atomic<int> busy_workers_{0};
+  int64_t n_ = 0, grain_ = 1;
+  std::atomic<uint32_t> n_chunks_{0};  // atomic: a late worker may read it while the next job is set up
+  // generation << 32 | next chunk to claim
+  std::atomic<uint64_t> state_{0};
+  std::atomic<uint32_t> done_chunks_{0};
   std::exception_ptr error_;
   std::mutex error_mutex_;
 
-  // Workers wait for the generation to change.
-  std::atomic<uint64_t> generation_{0};
   std::mutex park_mutex_;
   std::condition_variable park_cv_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace regolith::cpu
