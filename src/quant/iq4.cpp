@@ -100,11 +100,12 @@ float fit_block(const float* x, const float* w) {
   return best_d;
 }
 
-// ggml's imatrix weighting importance·√(σ² + x²), σ² twice the mean square over `span` values;
-// without importance the same with importance 1 (ggml's x² there costs plain RMSE).
+// Objective weights: the importance itself when given (the expected squared error of the dot
+// products); otherwise √(σ² + x²), σ² twice the mean square over `span` values (ggml's x² there
+// costs plain RMSE).
 void block_weights(const float* x, const float* importance, int span, float* w, int n) {
   float sigma2 = 2.0f * sum_squares(x, span) / span;
-  for (int i = 0; i < n; ++i) w[i] = (importance ? importance[i] : 1.0f) * std::sqrt(sigma2 + x[i] * x[i]);
+  for (int i = 0; i < n; ++i) w[i] = importance ? importance[i] : std::sqrt(sigma2 + x[i] * x[i]);
 }
 
 void pack_nibbles(const uint8_t* L, uint8_t* qs) {

@@ -8,7 +8,8 @@
 // 8/25/43 and 4…52/62), it searches the nearest grid points of every cell rather than only of
 // off-grid cells, and after the super-block scale is fixed it re-codes every block at its final
 // 4-bit scale (trying the two neighbouring scale codes too) instead of keeping the codes chosen
-// for the unquantized scale.
+// for the unquantized scale. With an importance matrix it minimizes the importance-weighted error
+// itself, where ggml multiplies the importance by √(σ² + x²).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,7 +32,7 @@ struct IqSpec {
   bool parity;                   // 7 stored sign bits per 8 values, the 8th implied
   float (*block_scale)(float d, int code);  // ggml's dequantization scale, same float order
   float fudge;                   // ggml's factor on the super-block scale, tried as a candidate
-  float sigma;                   // weights: importance·√(σ·mean(x²) + x²), importance 1 if none
+  float sigma;                   // weights without importance: √(σ·mean(x²) + x²)
 };
 
 float scale_iq2(float d, int l) { return d * (0.5f + l) * 0.25f; }
@@ -179,11 +180,12 @@ void quantize_superblock(const IqSpec& spec, const float* x, const float* w, IqC
   }
 }
 
-// Objective weights of one super-block: ggml's imatrix weighting, which leans towards the larger
-// values; without importance the same with importance 1 (ggml's x² there costs plain RMSE).
+// Objective weights of one super-block: the importance itself when given (the expected squared
+// error of the dot products); otherwise √(σ·mean(x²) + x²), which leans towards the larger
+// values (ggml's x² there costs plain RMSE).
 void iq_weights(const IqSpec& spec, const float* x, const float* importance, float* w) {
   const float mean2 = sum_squares(x, QK) / QK;
-  for (int i = 0; i < QK; ++i) w[i] = (importance ? importance[i] : 1.0f) * std::sqrt(spec.sigma * mean2 + x[i] * x[i]);
+  for (int i = 0; i < QK; ++i) w[i] = importance ? importance[i] : std::sqrt(spec.sigma * mean2 + x[i] * x[i]);
 }
 
 template <typename Pack>

@@ -2,11 +2,17 @@
 #pragma once
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
 #include "core/ggml_type.h"
 #include "quant/rows.h"
+
+namespace regolith {
+// gtest prints parameters with this.
+inline void PrintTo(GgmlType t, std::ostream* os) { *os << type_name(t); }
+}  // namespace regolith
 
 namespace regolith::quant_test {
 
