@@ -118,7 +118,9 @@ SafetensorsFile SafetensorsFile::parse(std::span<const uint8_t> bytes, std::stri
   const uint8_t* data = bytes.data() + 8 + header_len;
   uint64_t data_size = bytes.size() - 8 - header_len;
   SafetensorsFile f;
-  for (const auto& [name, info] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();  // not a structured binding: clang 14 cannot capture those
+    const json& info = item.value();
     if (name == "__metadata__") {
       if (!info.is_object()) fail(source, ": __metadata__ is not an object");
       for (const auto& [k, v] : info.items())
