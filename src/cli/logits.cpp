@@ -19,7 +19,7 @@ namespace regolith::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, out, trace_dir, backend = "ref";
+  std::string model, tokens, out, trace_dir, backend = "cpu";
   int64_t chunk = 0;
   bool decode = false;
 };

@@ -22,7 +22,7 @@ namespace regolith::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system, tokens, backend = "ref";
+  std::string model, prompt, system, tokens, backend = "cpu";
   int64_t n_predict = 64, chunk = 0;
   bool chat = false, ids = false, ignore_eos = false, no_think = false;
   SamplerParams sampling;
