@@ -11,6 +11,7 @@ void add_mkmodel(CLI::App& app);
 void add_run(CLI::App& app);
 void add_logits(CLI::App& app);
 void add_tokenize(CLI::App& app);  // also registers `detokenize`
+void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
 
 }  // namespace regolith::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   regolith::cli::add_run(app);
   regolith::cli::add_logits(app);
   regolith::cli::add_tokenize(app);
+  regolith::cli::add_serve(app);
   regolith::cli::add_quantize(app);
   // llama.cpp spells the system prompt `-sys`; CLI11 takes only one letter after a single dash.
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -1,0 +1,454 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "server/choice_sampler.h"
+#include "server/text_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace regolith::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+// One HTTP request: where its events go and whether its client is still there.
+struct Scheduler::Request {
+  std::shared_ptr<ResultChannel> results;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  Clock::time_point submitted;
+};
+
+// One prompt of a request with its n choices. Choice 0 prefills; the others fork from its state.
+struct Scheduler::TaskRun {
+  std::shared_ptr<Request> request;
+  GenerationTask task;
+  int choices_left = 0;
+  int forks_pending = 0;
+  bool failed = false;
+  RequestUsage usage;
+  Clock::time_point admitted, prompt_done;
+  std::shared_ptr<const SessionSnapshot> prompt_snapshot;  // for the forks
+  std::vector<float> prompt_logits;                        // the prompt's last row, for the forks
+};
+
+// Waiting for a slot: a task's first choice, a fork of its prompt state, or a cache warm-up.
+struct Scheduler::Pending {
+  std::shared_ptr<TaskRun> task;  // null: warm-up of warm_tokens
+  int choice = 0;
+  std::vector<int32_t> warm_tokens;
+};
+
+struct Scheduler::Sequence {
+  std::shared_ptr<TaskRun> task;  // null for a warm-up
+  int choice = 0;
+  int slot = -1;
+  enum class Phase { prefill, decode, commit } phase = Phase::prefill;
+  std::vector<int32_t> warm_tokens;
+  const std::vector<int32_t>* prompt = nullptr;
+  int64_t pos = 0;  // prompt tokens the session holds
+  std::unique_ptr<ChoiceSampler> sampler;
+  std::unique_ptr<TextStream> text;
+  int64_t n_generated = 0;
+  int32_t last_token = -1;  // chosen, not yet fed to the session
+  bool done = false;
+};
+
+struct Scheduler::BatchEntry {
+  Sequence* seq = nullptr;
+  std::span<const int32_t> tokens;
+  std::vector<float> logits{};  // out: the row of the last token
+  int64_t ns = 0;               // out
+  std::string error{};          // out
+};
+
+Scheduler::Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer, SchedulerOptions options,
+                     Metrics& metrics)
+    : engine_(std::move(engine)), tokenizer_(tokenizer), options_(options), metrics_(metrics),
+      cache_(options.cache_bytes) {
+  if (options_.n_slots < 1) fail("--parallel must be at least 1");
+  if (options_.chunk < 1) fail("--chunk must be at least 1");
+  options_.step_tokens = std::max(options_.step_tokens, options_.chunk);
+  slots_.resize(static_cast<size_t>(options_.n_slots));
+  metrics_.slots_total = options_.n_slots;
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+
+Scheduler::Admission Scheduler::submit(Submission submission) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return Admission::stopping;
+    int n = static_cast<int>(submission.tasks.size());
+    int idle_slots = options_.n_slots - static_cast<int>(metrics_.slots_busy.load());
+    if (n_queued_.load() + n > options_.max_queue + std::max(idle_slots, 0)) return Admission::queue_full;
+    n_queued_ += n;
+    metrics_.queue_depth = n_queued_.load();
+    incoming_.push_back(std::move(submission));
+  }
+  wake_.notify_one();
+  return Admission::accepted;
+}
+
+void Scheduler::warm_up(std::vector<std::vector<int32_t>> prefixes) {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& p : prefixes) warm_incoming_.push_back(std::move(p));
+  }
+  wake_.notify_one();
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !warm_incoming_.empty() || !active_.empty() || !pending_.empty() ||
+               !warm_pending_.empty();
+      });
+      if (stopping_) break;
+    }
+    take_incoming();
+    drop_cancelled();
+    admit();
+    if (!active_.empty()) step();
+    update_gauges();
+  }
+  // Shutting down: whatever is still running or waiting ends with an error event.
+  for (auto& seq : active_) {
+    if (seq->done) continue;
+    if (seq->task) fail_sequence(*seq, "the server is shutting down");
+    else release(*seq);
+  }
+  for (auto& p : pending_)
+    if (p->task && !p->task->failed) {
+      p->task->failed = true;
+      p->task->request->results->push({.kind = ResultEvent::Kind::error, .error = "the server is shutting down"});
+    }
+  active_.clear();
+  pending_.clear();
+  n_queued_ = 0;
+  update_gauges();
+}
+
+void Scheduler::take_incoming() {
+  std::vector<Submission> incoming;
+  {
+    std::lock_guard lock(mutex_);
+    incoming.swap(incoming_);
+    for (auto& w : warm_incoming_) warm_pending_.push_back(std::move(w));
+    warm_incoming_.clear();
+  }
+  for (Submission& s : incoming) {
+    auto request = std::make_shared<Request>(Request{s.results, s.cancelled, s.submitted});
+    for (GenerationTask& t : s.tasks) {
+      auto run = std::make_shared<TaskRun>();
+      run->request = request;
+      run->task = std::move(t);
+      run->choices_left = run->task.n_choices;
+      pending_.push_back(std::make_unique<Pending>(Pending{run, 0, {}}));
+    }
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  auto gone = [](const std::shared_ptr<TaskRun>& t) { return t && (t->failed || t->request->cancelled->load()); };
+  for (auto& seq : active_)
+    if (!seq->done && gone(seq->task)) {
+      if (seq->phase != Sequence::Phase::commit) ++metrics_.requests_cancelled;
+      release(*seq);
+    }
+  std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+  std::erase_if(pending_, [&](const std::unique_ptr<Pending>& p) {
+    if (!gone(p->task)) return false;
+    if (p->choice == 0) --n_queued_;
+    return true;
+  });
+}
+
+int Scheduler::free_slot() const {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i].busy) return static_cast<int>(i);
+  return -1;
+}
+
+void Scheduler::admit() {
+  for (int slot = free_slot(); slot >= 0; slot = free_slot()) {
+    if (!pending_.empty()) {
+      std::unique_ptr<Pending> p = std::move(pending_.front());
+      pending_.pop_front();
+      start_sequence(*p, slot);
+    } else if (!warm_pending_.empty() &&
+               std::none_of(active_.begin(), active_.end(), [](const auto& s) { return !s->task; })) {
+      Pending p{nullptr, 0, std::move(warm_pending_.front())};
+      warm_pending_.pop_front();
+      start_sequence(p, slot);
+    } else {
+      break;
+    }
+  }
+}
+
+void Scheduler::start_sequence(Pending& p, int slot_index) {
+  Slot& slot = slots_[static_cast<size_t>(slot_index)];
+  if (!slot.session) slot.session = std::make_unique<Session>(engine_);
+  Session& session = *slot.session;
+  auto seq = std::make_unique<Sequence>();
+  seq->slot = slot_index;
+  slot.busy = true;
+  ++metrics_.slots_busy;  // at once, not at the end of the step: submit() reads it for the queue limit
+
+  if (!p.task) {  // warm-up: rebuild a persisted prefix's snapshots
+    seq->warm_tokens = std::move(p.warm_tokens);
+    seq->prompt = &seq->warm_tokens;
+    auto hit = cache_.find(seq->warm_tokens, static_cast<int64_t>(seq->warm_tokens.size()));
+    if (hit && hit->n_tokens == static_cast<int64_t>(seq->warm_tokens.size())) {
+      slot.busy = false;
+      --metrics_.slots_busy;
+      return;
+    }
+    if (hit) session.restore(*hit->snapshot), seq->pos = hit->n_tokens;
+    else session.reset();
+    active_.push_back(std::move(seq));
+    return;
+  }
+
+  TaskRun& t = *p.task;
+  seq->task = p.task;
+  seq->choice = p.choice;
+  seq->prompt = &t.task.prompt;
+  static std::mt19937_64 random_seeds{std::random_device{}()};
+  uint64_t seed = t.task.sampling.seed ? *t.task.sampling.seed + static_cast<uint64_t>(p.choice) : random_seeds();
+  seq->sampler = std::make_unique<ChoiceSampler>(t.task.sampling, seed, t.task.prompt, t.task.forced_openings);
+  seq->text = std::make_unique<TextStream>(tokenizer_, t.task.stop);
+  const int64_t len = static_cast<int64_t>(t.task.prompt.size());
+
+  if (p.choice > 0) {  // a fork: the primary's prompt state and last logits
+    session.restore(*t.prompt_snapshot);
+    ++metrics_.snapshot_restores;
+    seq->pos = len;
+    seq->phase = Sequence::Phase::decode;
+    std::vector<float> logits = t.prompt_logits;
+    if (--t.forks_pending == 0) t.prompt_snapshot.reset(), t.prompt_logits.clear();
+    active_.push_back(std::move(seq));
+    next_token(*active_.back(), logits);
+    return;
+  }
+
+  --n_queued_;
+  ++metrics_.requests_started;
+  t.admitted = Clock::now();
+  t.usage.queue_ms = ms_between(t.request->submitted, t.admitted);
+  t.forks_pending = t.task.n_choices - 1;
+  int64_t cached = 0;
+  std::shared_ptr<const std::vector<float>> cached_logits;
+  if (t.task.use_cache) {
+    // The longest cached prefix (a whole prompt comes with its logits), or else the slot's own
+    // timeline when it is a prefix of the prompt: often the previous turn of this conversation.
+    const std::vector<int32_t>& own = session.tokens();
+    int64_t own_n = static_cast<int64_t>(own.size());
+    if (own_n >= len || !std::equal(own.begin(), own.end(), t.task.prompt.begin())) own_n = 0;
+    auto hit = cache_.enabled() ? cache_.find(t.task.prompt, len) : std::nullopt;
+    if (hit && hit->n_tokens > own_n) {
+      session.restore(*hit->snapshot);
+      ++metrics_.snapshot_restores;
+      cached = hit->n_tokens;
+      cached_logits = hit->logits;
+    } else if (own_n > 0) {
+      cached = own_n;
+    } else {
+      session.reset();
+    }
+  } else {
+    session.reset();
+  }
+  seq->pos = cached;
+  t.usage.prompt_tokens = len;
+  t.usage.cached_tokens = cached;
+  t.usage.prefilled_tokens = len - cached;
+  metrics_.prompt_tokens += len;
+  metrics_.cached_tokens += cached;
+  active_.push_back(std::move(seq));
+  if (cached == len) after_prefill(*active_.back(), *cached_logits);  // nothing to run
+}
+
+void Scheduler::step() {
+  std::vector<BatchEntry> batch;
+  int64_t budget = options_.step_tokens;
+  for (auto& seq : active_)
+    if (seq->phase != Sequence::Phase::prefill) {
+      batch.push_back({.seq = seq.get(), .tokens = std::span<const int32_t>(&seq->last_token, 1)});
+      --budget;
+    }
+  bool any_prefill = false;
+  for (auto& seq : active_) {
+    if (seq->phase != Sequence::Phase::prefill) continue;
+    const int64_t len = static_cast<int64_t>(seq->prompt->size());
+    const int64_t end = std::min(len, (seq->pos / options_.chunk + 1) * options_.chunk);
+    const int64_t n = end - seq->pos;
+    if (any_prefill && n > budget) continue;  // waits for the next step; streams keep flowing
+    batch.push_back({.seq = seq.get(), .tokens = std::span<const int32_t>(*seq->prompt).subspan(seq->pos, n)});
+    budget -= n;
+    any_prefill = true;
+  }
+  run_batch(batch);
+  ++metrics_.steps;
+  for (BatchEntry& e : batch) {
+    Sequence& seq = *e.seq;
+    if (!e.error.empty()) {
+      fail_sequence(seq, e.error);
+      continue;
+    }
+    switch (seq.phase) {
+      case Sequence::Phase::prefill:
+        metrics_.prefill_ns += e.ns;
+        metrics_.prefilled_tokens += static_cast<int64_t>(e.tokens.size());
+        seq.pos += static_cast<int64_t>(e.tokens.size());
+        after_prefill(seq, e.logits);
+        break;
+      case Sequence::Phase::decode:
+        metrics_.decode_ns += e.ns;
+        next_token(seq, e.logits);
+        break;
+      case Sequence::Phase::commit:
+        snapshot_into_cache(seq, SnapshotPoint::reply_end, e.logits);
+        release(seq);
+        break;
+    }
+  }
+  std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+}
+
+// One engine step over all entries. The runtime evaluates one Session per call, so this is a loop;
+// a batched engine call (all sessions' tokens in one forward pass) replaces exactly this function.
+void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
+  for (BatchEntry& e : batch) {
+    Session& session = *slots_[static_cast<size_t>(e.seq->slot)].session;
+    auto t0 = Clock::now();
+    try {
+      e.logits = session.eval(e.tokens, {.chunk = 0, .all_logits = false});
+    } catch (const std::exception& ex) {
+      e.error = ex.what();
+    }
+    e.ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  }
+}
+
+void Scheduler::after_prefill(Sequence& seq, const std::vector<float>& logits) {
+  const int64_t len = static_cast<int64_t>(seq.prompt->size());
+  if (seq.pos < len) {
+    if (seq.pos % options_.chunk == 0) snapshot_into_cache(seq, SnapshotPoint::chunk, logits);
+    return;
+  }
+  if (!seq.task) {  // a warm-up is complete
+    snapshot_into_cache(seq, SnapshotPoint::restored_from_disk, logits);
+    release(seq);
+    return;
+  }
+  TaskRun& t = *seq.task;
+  snapshot_into_cache(seq, SnapshotPoint::prompt_end, logits);
+  t.prompt_done = Clock::now();
+  t.usage.prefill_ms = ms_between(t.admitted, t.prompt_done);
+  if (t.forks_pending > 0) {
+    t.prompt_snapshot = std::make_shared<const SessionSnapshot>(slots_[static_cast<size_t>(seq.slot)].session->snapshot());
+    ++metrics_.snapshots_taken;
+    t.prompt_logits = logits;
+    for (int c = t.task.n_choices - 1; c >= 1; --c) pending_.push_front(std::make_unique<Pending>(Pending{seq.task, c, {}}));
+  }
+  seq.phase = Sequence::Phase::decode;
+  next_token(seq, logits);
+}
+
+void Scheduler::next_token(Sequence& seq, std::span<const float> logits) {
+  TaskRun& t = *seq.task;
+  const GenerationTask& task = t.task;
+  int32_t token = seq.sampler->choose(logits, tokenizer_);
+  seq.sampler->accept(token, tokenizer_);
+  seq.last_token = token;
+  if (!task.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+    finish(seq, FinishReason::stop, /*feed_last_token=*/true);
+    return;
+  }
+  ResultEvent e{.kind = ResultEvent::Kind::token, .choice = task.first_choice + seq.choice};
+  e.token.token = token;
+  if (task.top_logprobs >= 0) fill_logprobs(logits, token, task.top_logprobs, e.token);
+  e.token.text = seq.text->push(token);
+  ++seq.n_generated;
+  ++metrics_.generated_tokens;
+  t.request->results->push(std::move(e));
+  if (seq.text->stopped()) finish(seq, FinishReason::stop, false);
+  else if (seq.n_generated >= task.max_tokens) finish(seq, FinishReason::length, true);
+  else seq.phase = Sequence::Phase::decode;
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token) {
+  TaskRun& t = *seq.task;
+  ResultEvent e{.kind = ResultEvent::Kind::finished, .choice = t.task.first_choice + seq.choice};
+  e.text = seq.text->finish();
+  e.finish = reason;
+  t.request->results->push(std::move(e));
+  t.usage.completion_tokens += seq.n_generated;
+  finish_task_choice(t);
+  // The reply's last token (often the end-of-turn token the next turn's prompt repeats) is fed
+  // after the client has its answer, so the cached state covers the whole reply.
+  if (feed_last_token && cache_.enabled() && t.task.use_cache) seq.phase = Sequence::Phase::commit;
+  else release(seq);
+}
+
+void Scheduler::finish_task_choice(TaskRun& t) {
+  if (--t.choices_left > 0) return;
+  t.usage.decode_ms = ms_between(t.prompt_done, Clock::now());
+  t.request->results->push({.kind = ResultEvent::Kind::done, .usage = t.usage});
+  ++metrics_.requests_finished;
+}
+
+void Scheduler::release(Sequence& seq) {
+  slots_[static_cast<size_t>(seq.slot)].busy = false;
+  --metrics_.slots_busy;
+  seq.done = true;
+}
+
+void Scheduler::fail_sequence(Sequence& seq, const std::string& message) {
+  slots_[static_cast<size_t>(seq.slot)].session->reset();  // the state may be half-updated
+  release(seq);
+  if (!seq.task || seq.task->failed || seq.phase == Sequence::Phase::commit) return;  // commit: already answered
+  seq.task->failed = true;
+  seq.task->request->results->push({.kind = ResultEvent::Kind::error, .error = message});
+}
+
+void Scheduler::snapshot_into_cache(Sequence& seq, SnapshotPoint point, const std::vector<float>& logits) {
+  if (!cache_.enabled() || (seq.task && !seq.task->task.use_cache)) return;
+  const Session& session = *slots_[static_cast<size_t>(seq.slot)].session;
+  const std::vector<int32_t>& tokens = session.tokens();
+  if (cache_.refresh(tokens, point)) return;
+  size_t bytes = estimate_snapshot_bytes(engine_->model().hparams(), static_cast<int64_t>(tokens.size()));
+  if (bytes > cache_.budget()) return;
+  cache_.insert(tokens, std::make_shared<const SessionSnapshot>(session.snapshot()), logits, bytes, point);
+  ++metrics_.snapshots_taken;
+}
+
+void Scheduler::update_gauges() {
+  metrics_.active_sequences = static_cast<int64_t>(active_.size());
+  metrics_.queue_depth = n_queued_.load();
+}
+
+}  // namespace regolith::server

@@ -1,0 +1,112 @@
+// The scheduler: one thread that owns every Session and runs the engine. HTTP workers submit typed
+// requests (token ids, sampling settings) and read ResultEvents back; nothing else crosses.
+//
+// Continuous batching: each step advances every active sequence, a new prompt by one chunk of at
+// most `chunk` tokens (chunks end at multiples of `chunk`, so every run of a prompt splits it the
+// same way and snapshots land on shared boundaries), a running reply by one token, so streams keep
+// flowing while long prompts are read. The runtime evaluates one Session per call today, so a step
+// runs its entries in a loop (run_batch); a batched engine call replaces that loop, not the step.
+//
+// Prefix cache: snapshots at chunk boundaries, at the end of each prompt and at the end of each
+// reply (after feeding the reply's last token, once the client has its answer) go into a PrefixCache;
+// a new request restores the longest cached prefix of its prompt and prefills only the rest.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/session.h"
+#include "server/metrics.h"
+#include "server/prefix_cache.h"
+#include "server/queue.h"
+
+namespace regolith {
+class Tokenizer;
+}
+
+namespace regolith::server {
+
+struct SchedulerOptions {
+  int n_slots = 4;             // sessions decoded together (--parallel)
+  int64_t n_ctx = 4096;        // tokens per sequence, prompt and reply together
+  int64_t chunk = 256;         // prompt tokens per forward call and between cache snapshots
+  int64_t step_tokens = 512;   // tokens one step may process over all sequences (at least one chunk)
+  int max_queue = 64;          // requests that may wait for a slot
+  size_t cache_bytes = 0;      // prefix cache budget; 0 disables it
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer, SchedulerOptions options, Metrics& metrics);
+  ~Scheduler();
+
+  void start();
+  enum class Admission { accepted, queue_full, stopping };
+  Admission submit(Submission submission);
+  // Replays persisted prefixes into the cache while no request waits (see cache_store.h).
+  void warm_up(std::vector<std::vector<int32_t>> prefixes);
+  // Ends the thread: requests still running get an error event. Idempotent.
+  void stop();
+
+  // Cache keys worth persisting; call after stop().
+  std::vector<std::vector<int32_t>> persistent_cache_keys() const { return cache_.persistent_keys(); }
+  const PrefixCacheStats& cache_stats() const { return cache_.stats(); }
+  size_t cache_budget() const { return cache_.budget(); }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Request;
+  struct TaskRun;
+  struct Sequence;
+  struct Pending;
+  struct BatchEntry;
+
+  void loop();
+  void take_incoming();
+  void drop_cancelled();
+  void admit();
+  void start_sequence(Pending& p, int slot);
+  void step();
+  void run_batch(std::vector<BatchEntry>& batch);
+  void after_prefill(Sequence& seq, const std::vector<float>& logits);
+  void next_token(Sequence& seq, std::span<const float> logits);
+  void finish(Sequence& seq, FinishReason reason, bool feed_last_token);
+  void finish_task_choice(TaskRun& task);
+  void release(Sequence& seq);
+  void fail_sequence(Sequence& seq, const std::string& message);
+  void snapshot_into_cache(Sequence& seq, SnapshotPoint point, const std::vector<float>& logits);
+  int free_slot() const;
+  void update_gauges();
+
+  std::shared_ptr<Engine> engine_;
+  const Tokenizer& tokenizer_;
+  SchedulerOptions options_;
+  Metrics& metrics_;
+  PrefixCache cache_;
+
+  std::mutex mutex_;  // guards incoming_, warm_incoming_, stopping_
+  std::condition_variable wake_;
+  std::vector<Submission> incoming_;
+  std::vector<std::vector<int32_t>> warm_incoming_;
+  bool stopping_ = false;
+  std::atomic<int> n_queued_{0};  // tasks submitted but not yet started
+  std::thread thread_;
+
+  // Scheduler-thread state.
+  struct Slot {
+    std::unique_ptr<Session> session;
+    bool busy = false;
+  };
+  std::vector<Slot> slots_;
+  std::deque<std::unique_ptr<Pending>> pending_;
+  std::deque<std::vector<int32_t>> warm_pending_;
+  std::vector<std::unique_ptr<Sequence>> active_;
+};
+
+}  // namespace regolith::server

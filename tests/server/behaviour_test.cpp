@@ -1,0 +1,253 @@
+// The server's promises, checked on live servers with the tiny random model: concurrent greedy
+// streams equal the same requests alone; a second turn restores the first turn's state and
+// prefills only its new tokens, with the output of a cold run; a client that disconnects frees its
+// slot at once; SIGTERM lets requests in flight finish; the prefix cache survives a restart and
+// ignores damaged or foreign files.
+#include <filesystem>
+#include <mutex>
+
+#include "server/cache_store.h"
+#include "server_test_util.h"
+
+namespace regolith::test {
+namespace {
+
+std::vector<int32_t> tokenize(int port, const std::string& text) {
+  HttpResult r = post(port, "/tokenize", {{"content", text}});
+  return r.json()["tokens"].get<std::vector<int32_t>>();
+}
+
+std::string prompt_text(int i) {
+  std::string s = "Request " + std::to_string(i) + ":";
+  for (int k = 0; k < 3 + 3 * i; ++k) s += " word" + std::to_string(k * 7 % 13);
+  return s;
+}
+
+struct ChatRun {
+  std::string content;
+  std::vector<std::string> tokens;  // each token's bytes (from logprobs)
+  int status = 0;
+};
+
+ChatRun run_chat(int port, const std::string& user, int max_tokens, bool stream) {
+  Json body = chat_body(user, max_tokens, stream);
+  body["logprobs"] = true;
+  body["cache_prompt"] = false;  // batching alone is under test
+  HttpResult r = post(port, "/v1/chat/completions", body);
+  ChatRun out;
+  out.status = r.status;
+  auto bytes_of = [](const Json& entry) {
+    std::string b;
+    for (const Json& v : entry["bytes"]) b += static_cast<char>(v.get<int>());
+    return b;
+  };
+  if (stream) {
+    out.content = streamed_content(r.body);
+    for (const Json& e : sse_events(r.body))
+      for (const Json& c : e["choices"])
+        if (c["logprobs"].is_object())
+          for (const Json& entry : c["logprobs"]["content"]) out.tokens.push_back(bytes_of(entry));
+  } else {
+    Json j = r.json();
+    out.content = j["choices"][0]["message"]["content"].get<std::string>();
+    for (const Json& entry : j["choices"][0]["logprobs"]["content"]) out.tokens.push_back(bytes_of(entry));
+  }
+  return out;
+}
+
+TEST(Batching, SixteenConcurrentGreedyStreamsEqualTheSameRequestsAlone) {
+  ServerProcess s({"--parallel", "16", "-c", "1024", "--chunk", "32"});
+  const int n = 16, max_tokens = 24;
+  std::vector<ChatRun> alone(n), together(n);
+  for (int i = 0; i < n; ++i) {
+    alone[i] = run_chat(s.port(), prompt_text(i), max_tokens, false);
+    ASSERT_EQ(alone[i].status, 200);
+    ASSERT_EQ(alone[i].tokens.size(), static_cast<size_t>(max_tokens));
+  }
+  double steps_before = metric(s.port(), "regolith_scheduler_steps_total");
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] { together[i] = run_chat(s.port(), prompt_text(i), max_tokens, true); });
+  for (auto& t : threads) t.join();
+  double steps = metric(s.port(), "regolith_scheduler_steps_total") - steps_before;
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(together[i].status, 200);
+    EXPECT_EQ(together[i].tokens, alone[i].tokens);
+    EXPECT_EQ(together[i].content, alone[i].content);
+  }
+  // Shared steps: far fewer than one step per token of every stream.
+  std::printf("[batching] 16 streams x %d tokens in %.0f scheduler steps\n", max_tokens, steps);
+  EXPECT_LT(steps, n * max_tokens / 2);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(PrefixCache, SecondTurnPrefillsOnlyNewTokensAndEqualsColdRun) {
+  ServerProcess s({"-c", "2048", "--chunk", "64"});
+  std::string story;
+  for (int i = 0; i < 12; ++i) story += "Once upon a time there was a tiny model number " + std::to_string(i) + ". ";
+  std::vector<int32_t> p1 = tokenize(s.port(), story);
+  Json first = post(s.port(), "/v1/completions",
+                    {{"prompt", p1}, {"max_tokens", 20}, {"temperature", 0}, {"return_tokens", true}}).json();
+  std::vector<int32_t> r1 = first["choices"][0]["tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(r1.size(), 20u);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  std::vector<int32_t> added = tokenize(s.port(), " And then what happened?");
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), r1.begin(), r1.end());
+  p2.insert(p2.end(), added.begin(), added.end());
+  double prefilled_before = metric(s.port(), "regolith_prompt_tokens_prefilled_total");
+  Json second = post(s.port(), "/v1/completions",
+                     {{"prompt", p2}, {"max_tokens", 20}, {"temperature", 0}, {"return_tokens", true}}).json();
+  double prefilled = metric(s.port(), "regolith_prompt_tokens_prefilled_total") - prefilled_before;
+  Json cold = post(s.port(), "/v1/completions",
+                   {{"prompt", p2}, {"max_tokens", 20}, {"temperature", 0}, {"return_tokens", true}, {"cache_prompt", false}})
+                  .json();
+
+  const int64_t cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  std::printf("[second turn] prompt %zu tokens: cached %lld (turn 1: %zu prompt + %zu reply), prefilled %lld (new: %zu)\n",
+              p2.size(), static_cast<long long>(cached), p1.size(), r1.size(),
+              static_cast<long long>(second["timings"]["prompt_n"].get<int64_t>()), added.size());
+  EXPECT_EQ(cached, static_cast<int64_t>(p1.size() + r1.size()));
+  EXPECT_EQ(second["timings"]["prompt_n"], added.size());
+  EXPECT_EQ(prefilled, static_cast<double>(added.size()));
+  EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(cold["timings"]["prompt_n"], p2.size());
+  EXPECT_EQ(second["choices"][0]["tokens"], cold["choices"][0]["tokens"]);
+  EXPECT_EQ(second["choices"][0]["text"], cold["choices"][0]["text"]);
+
+  // The same prompt again is cached whole, logits included: nothing to prefill.
+  Json again = post(s.port(), "/v1/completions",
+                    {{"prompt", p2}, {"max_tokens", 20}, {"temperature", 0}, {"return_tokens", true}}).json();
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], p2.size());
+  EXPECT_EQ(again["timings"]["prompt_n"], 0);
+  EXPECT_EQ(again["choices"][0]["tokens"], cold["choices"][0]["tokens"]);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(PrefixCache, SecondChatTurnRestoresTheFirstTurn) {
+  ServerProcess s({"-c", "2048"});
+  Json turn1 = chat_body("Tell me about the sea, the wind and the long road home.", 16);
+  Json r1 = post(s.port(), "/v1/chat/completions", turn1).json();
+  std::string reply = r1["choices"][0]["message"]["content"].get<std::string>();
+  int64_t p1 = r1["usage"]["prompt_tokens"].get<int64_t>();
+
+  Json turn2 = turn1;
+  turn2["messages"].push_back({{"role", "assistant"}, {"content", reply}});
+  turn2["messages"].push_back({{"role", "user"}, {"content", "And after that?"}});
+  Json r2 = post(s.port(), "/v1/chat/completions", turn2).json();
+  turn2["cache_prompt"] = false;
+  Json cold = post(s.port(), "/v1/chat/completions", turn2).json();
+
+  int64_t prompt = r2["usage"]["prompt_tokens"].get<int64_t>();
+  int64_t cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  int64_t prefilled = r2["timings"]["prompt_n"].get<int64_t>();
+  std::printf("[chat second turn] prompt %lld tokens: cached %lld (turn 1 prompt %lld + reply %lld), prefilled %lld\n",
+              static_cast<long long>(prompt), static_cast<long long>(cached), static_cast<long long>(p1),
+              static_cast<long long>(r1["usage"]["completion_tokens"].get<int64_t>()), static_cast<long long>(prefilled));
+  EXPECT_GE(cached, p1);
+  EXPECT_EQ(prefilled, prompt - cached);
+  EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(r2["choices"][0]["message"]["content"], cold["choices"][0]["message"]["content"]);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Disconnect, FreesTheSlotAtOnce) {
+  ServerProcess s({"--parallel", "1", "-c", "8192"});
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    {
+      Connection c(s.port());
+      ASSERT_TRUE(c.send_request("POST", "/v1/completions",
+                                 Json{{"prompt", "a long one"}, {"max_tokens", 8000}, {"stream", stream}, {"ignore_eos", true}}
+                                     .dump()));
+      if (stream) c.read_response(10000, [](std::string_view) { return false; });  // the first chunk
+      else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }  // closed: 8000 tokens would take the only slot for seconds
+    auto t0 = Clock::now();
+    HttpResult r = post(s.port(), "/v1/completions", {{"prompt", "next"}, {"max_tokens", 4}});
+    double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_LT(waited, 1.5) << "the abandoned request kept the slot";
+  }
+  EXPECT_GE(metric(s.port(), "regolith_client_disconnects_total"), 2);
+  EXPECT_GE(metric(s.port(), "regolith_requests_cancelled_total"), 2);
+  EXPECT_EQ(wait_metric(s.port(), "regolith_slots_busy", 0), 0);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Shutdown, SigtermLetsRequestsInFlightFinish) {
+  ServerProcess s({"--parallel", "2", "-c", "2048"});
+  HttpResult r;
+  std::thread client([&] { r = post(s.port(), "/v1/completions", {{"prompt", "x"}, {"max_tokens", 600}, {"ignore_eos", true}}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  s.signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 600);
+  int port = s.port();
+  EXPECT_EQ(s.stop(), 0);
+  EXPECT_FALSE(Connection(port).ok()) << "still accepting after shutdown";
+}
+
+TEST(Shutdown, SigintStopsAnIdleServer) {
+  ServerProcess s({});
+  EXPECT_EQ(http(s.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(s.stop(SIGINT), 0);
+}
+
+TEST(PrefixCacheDisk, SurvivesRestartAndIgnoresDamagedOrForeignFiles) {
+  namespace fs = std::filesystem;
+  fs::path dir = test_dir() + "/cache-dir-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  std::vector<int32_t> prompt;
+  Json first;
+  {
+    ServerProcess s({"--cache-dir", dir.string(), "-c", "1024"});
+    std::string text;
+    for (int i = 0; i < 10; ++i) text += "The cache keeps conversation " + std::to_string(i) + " warm. ";
+    prompt = tokenize(s.port(), text);
+    first = post(s.port(), "/v1/completions", {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}}).json();
+    EXPECT_EQ(s.stop(), 0);
+    EXPECT_NE(s.log().find("prefixes saved"), std::string::npos) << s.log();
+  }
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().extension(), ".rpc") << "left behind: " << e.path();
+    files.push_back(e.path());
+  }
+  ASSERT_FALSE(files.empty());
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write = [](const fs::path& p, const std::string& b) { std::ofstream(p, std::ios::binary) << b; };
+  std::string good = read(files.front());
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 0x20;
+  write(dir / "flipped.rpc", flipped);
+  write(dir / "short.rpc", good.substr(0, good.size() / 2));
+  write(dir / "garbage.rpc", "this is not a cache file at all, just some words");
+  write(dir / "foreign.rpc", server::CacheStore::encode(0x1234567890abcdefull, prompt));
+
+  ServerProcess s({"--cache-dir", dir.string(), "-c", "1024"});
+  std::string log = s.log();
+  for (const char* name : {"flipped.rpc", "short.rpc", "garbage.rpc", "foreign.rpc"})
+    EXPECT_NE(log.find(std::string(name) + ": ignored"), std::string::npos) << name << "\n" << log;
+  EXPECT_NE(log.find("made for another model"), std::string::npos) << log;
+  EXPECT_NE(log.find("checksum mismatch"), std::string::npos) << log;
+  // Wait for the replay of the good files, then the same request is served from the cache.
+  for (int i = 0; i < 100 && metric(s.port(), "regolith_prefix_cache_entries") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Json again = post(s.port(), "/v1/completions", {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}}).json();
+  std::printf("[cache dir] after restart: cached %lld of %zu prompt tokens\n",
+              static_cast<long long>(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>()), prompt.size());
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt.size());
+  EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(s.stop(), 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace regolith::test
