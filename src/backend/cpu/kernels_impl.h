@@ -65,8 +65,33 @@ struct WRow<P, WType::Q8_0> {
 
 // ---- weight rows × tokens -------------------------------------------------------------------
 
+// Q8_0 block by block: each row's scale is widened once per block, then every sub-vector of 32
+// quants becomes q·d (bit-equal to dequantize_row) and meets the TB tokens.
+template <class P, int RB, int TB>
+void mat_tile_q8_0(const uint8_t* w, uint64_t row_bytes, int64_t K, const float* x, int64_t ldx, float* out, int64_t ldo) {
+  using V = typename P::V;
+  V acc[RB][TB];
+  for (int r = 0; r < RB; ++r)
+    for (int t = 0; t < TB; ++t) acc[r][t] = P::zero();
+  for (int64_t b = 0; b < K / 32; ++b) {
+    V d[RB];
+    for (int r = 0; r < RB; ++r) d[r] = P::set1(P::f16_scalar(load_u16(w + r * row_bytes + b * 34)));
+    for (int s = 0; s < 32; s += P::W) {
+      V xv[TB];
+      for (int t = 0; t < TB; ++t) xv[t] = P::load(x + t * ldx + b * 32 + s);
+      for (int r = 0; r < RB; ++r) {
+        V wv = P::mul(P::load_q8(reinterpret_cast<const int8_t*>(w + r * row_bytes + b * 34 + 2 + s)), d[r]);
+        for (int t = 0; t < TB; ++t) acc[r][t] = P::fma(wv, xv[t], acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int t = 0; t < TB; ++t) out[t * ldo + r] = P::reduce(acc[r][t]);
+}
+
 template <class P, WType WT, int RB, int TB>
 void mat_tile(const uint8_t* w, uint64_t row_bytes, int64_t K, const float* x, int64_t ldx, float* out, int64_t ldo) {
+  if constexpr (WT == WType::Q8_0) return mat_tile_q8_0<P, RB, TB>(w, row_bytes, K, x, ldx, out, ldo);
   using V = typename P::V;
   V acc[RB][TB];
   for (int r = 0; r < RB; ++r)

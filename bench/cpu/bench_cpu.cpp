@@ -1,0 +1,175 @@
+// regolith-bench-cpu: times the CPU backend against ref (a benchmark, not a test).
+//   ops     each op of ops.h at the tiny or medium geometry, one token count (bench_ops.cpp)
+//   decode  whole decode steps of a GGUF: ms/token, GB/s of the weight bytes a token reads, and
+//           that as a share of the measured copy bandwidth; also the prompt's prefill rate
+//   medium  writes the medium-geometry random GGUF that `decode` can run
+// Speed is accounted in bytes (style.md practice 8): a decode step reads every dense weight once,
+// k of E experts per MoE layer, one embedding row and the PLE rows.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_common.h"
+#include "bench_ops.h"
+#include "convert/random_model.h"
+#include "core/error.h"
+#include "runtime/session.h"
+
+namespace regolith::bench {
+namespace {
+
+uint64_t bytes_of(const Weight& w) { return w.present() ? w.row_bytes * w.n_rows() : 0; }
+
+// Weight bytes one decode token reads.
+uint64_t decode_weight_bytes(const Qwen4ExpModel& m) {
+  const Qwen4ExpHparams& hp = m.hparams();
+  const Qwen4ExpWeights& w = m.weights();
+  auto hc = [](const HcWeights& h) { return bytes_of(h.norm) + bytes_of(h.down) + bytes_of(h.up) + bytes_of(h.inject); };
+  uint64_t b = w.token_embd.row_bytes + bytes_of(w.output) + hc(w.output_hc);
+  if (w.ple_table.present()) b += hp.ple_n_heads() * w.ple_table.row_bytes;
+  double expert_share = static_cast<double>(hp.n_expert_used) / hp.n_expert;
+  for (const LayerWeights& L : w.layers) {
+    b += hc(L.hc_attn) + hc(L.hc_ffn);
+    if (L.recurrent)
+      for (const Weight* x : {&L.gdn.qkv, &L.gdn.gate, &L.gdn.alpha, &L.gdn.beta, &L.gdn.ssm_a, &L.gdn.dt_bias, &L.gdn.conv,
+                              &L.gdn.norm, &L.gdn.out})
+        b += bytes_of(*x);
+    else
+      for (const Weight* x : {&L.qsa.q, &L.qsa.k, &L.qsa.v, &L.qsa.out, &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.index_q,
+                              &L.qsa.index_k, &L.qsa.index_q_norm, &L.qsa.index_k_norm})
+        b += bytes_of(*x);
+    const MoeWeights& e = L.moe;
+    b += bytes_of(e.router) + bytes_of(e.shared_gate_inp) + bytes_of(e.shared_gate) + bytes_of(e.shared_up) +
+         bytes_of(e.shared_down);
+    b += static_cast<uint64_t>(expert_share * (bytes_of(e.gate_exps) + bytes_of(e.up_exps) + bytes_of(e.down_exps)));
+    if (L.has_ple)
+      for (const Weight* x : {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv})
+        b += bytes_of(*x);
+  }
+  return b;
+}
+
+struct DecodeOptions {
+  std::string model;
+  std::vector<std::string> backends{"ref", "cpu"};
+  int n_threads = 0, prompt = 32, n_decode = 16, n_decode_ref = 3;
+};
+
+void bench_decode(const DecodeOptions& o) {
+  auto model = Qwen4ExpModel::load(o.model);
+  uint64_t bytes = decode_weight_bytes(*model);
+  double copy_gbs = copy_bandwidth_gbs(o.n_threads > 0 ? o.n_threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf("# decode: %s, %.1f MB of weights per token, copy bandwidth %.1f GB/s\n", o.model.c_str(), bytes / 1e6,
+              copy_gbs);
+  int n_same = std::min(o.n_decode, o.n_decode_ref);
+  std::printf("%-10s %7s %7s %12s %16s %9s %7s  %s\n", "backend", "threads", "prompt", "prefill t/s", "decode ms/tok",
+              "GB/s", "% copy", cat("greedy ids 1..", n_same).c_str());
+  std::vector<int32_t> prompt(o.prompt);
+  for (int i = 0; i < o.prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab);
+  for (const std::string& name : o.backends) {
+    auto be = make_bench_backend(name, o.n_threads);
+    int threads = name.rfind("cpu", 0) == 0 ? static_cast<CpuBackend&>(*be).n_threads() : 0;
+    auto engine = std::make_shared<Engine>(model, std::move(be));
+    Session s(engine);
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits = s.eval(prompt, {.all_logits = false});
+    double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int n = name == "ref" ? o.n_decode_ref : o.n_decode;
+    std::vector<double> step;
+    std::string ids;
+    for (int i = 0; i < n; ++i) {
+      int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (i < n_same) ids += cat(i ? "," : "", next);
+      auto t1 = std::chrono::steady_clock::now();
+      logits = s.eval(std::vector<int32_t>{next}, {.all_logits = false});
+      step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    }
+    double mean = 0, sd = 0;
+    for (double v : step) mean += v / n;
+    for (double v : step) sd += (v - mean) * (v - mean) / std::max(1, n - 1);
+    sd = std::sqrt(sd);
+    double gbs = bytes / mean / 1e9;
+    std::printf("%-10s %7d %7d %12.1f %9.2f ± %5.2f %9.2f %6.1f%%  %s\n", name.c_str(), threads, o.prompt,
+                o.prompt / prefill_s, mean * 1e3, sd * 1e3, gbs, 100 * gbs / copy_gbs, ids.c_str());
+    std::fflush(stdout);
+  }
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t e; (e = s.find(',', b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  out.push_back(s.substr(b));
+  return out;
+}
+
+GgmlType parse_type(const std::string& s) {
+  auto t = type_from_name(s);
+  if (!t) fail("unknown type '", s, "'");
+  return *t;
+}
+
+}  // namespace
+}  // namespace regolith::bench
+
+int main(int argc, char** argv) {
+  using namespace regolith;
+  using namespace regolith::bench;
+  CLI::App app{"CPU backend benchmark: ref against cpu, per op and per decode step"};
+  app.require_subcommand(1);
+
+  OpsOptions ops;
+  std::string ops_type = "q8_0", ops_backends = "ref,cpu";
+  auto* c_ops = app.add_subcommand("ops", "Time each op at a geometry");
+  c_ops->add_option("--geometry", ops.geometry, "tiny | medium")->capture_default_str();
+  c_ops->add_option("--type", ops_type, "Weight type of the matrices")->capture_default_str();
+  c_ops->add_option("-T,--tokens", ops.T, "Tokens per call (1: decode)")->capture_default_str();
+  c_ops->add_option("-t,--threads", ops.n_threads, "cpu threads (0: every core)")->capture_default_str();
+  c_ops->add_option("--min-seconds", ops.min_seconds, "Timing window per op and backend")->capture_default_str();
+  c_ops->add_option("--backends", ops_backends, "ref, cpu, cpu-avx2, cpu-scalar")->capture_default_str();
+
+  DecodeOptions dec;
+  std::string dec_backends = "ref,cpu";
+  auto* c_dec = app.add_subcommand("decode", "Time whole decode steps of a GGUF");
+  c_dec->add_option("-m,--model", dec.model, "Model GGUF")->required();
+  c_dec->add_option("-t,--threads", dec.n_threads, "cpu threads (0: every core)")->capture_default_str();
+  c_dec->add_option("--prompt", dec.prompt, "Prompt tokens before decoding")->capture_default_str();
+  c_dec->add_option("-n", dec.n_decode, "Decode steps timed (cpu)")->capture_default_str();
+  c_dec->add_option("--n-ref", dec.n_decode_ref, "Decode steps timed (ref)")->capture_default_str();
+  c_dec->add_option("--backends", dec_backends, "ref, cpu, cpu-avx2, cpu-scalar")->capture_default_str();
+
+  std::string med_out, med_type = "q8_0";
+  auto* c_med = app.add_subcommand("medium", "Write the medium-geometry random GGUF");
+  c_med->add_option("-o,--output", med_out, "Output GGUF")->required();
+  c_med->add_option("--type", med_type, "Weight type of the matrices")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*c_ops) {
+      ops.type = parse_type(ops_type);
+      ops.backends = split_list(ops_backends);
+      bench_ops(ops);
+    } else if (*c_dec) {
+      dec.backends = split_list(dec_backends);
+      bench_decode(dec);
+    } else if (*c_med) {
+      RandomModelOptions o;
+      o.hparams = medium_hparams();
+      o.default_type = parse_type(med_type);
+      o.ngram_vocab_size_base = 1000;
+      o.name = "regolith-bench-medium";
+      write_random_model(med_out, o);
+      std::printf("wrote %s\n", med_out.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
