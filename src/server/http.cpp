@@ -263,7 +263,7 @@ void HttpServer::serve() {
                static_cast<suseconds_t>(limits_.write_timeout.count() % 1000 * 1000)};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (n_connections_.load() >= limits_.max_connections) {
-      HttpResponder r(fd, false, std::chrono::milliseconds(1000));
+      HttpResponder r(fd, false);
       write_error(r, 503, cat("too many connections (limit ", limits_.max_connections, ")"));
       ::close(fd);
       continue;
@@ -418,7 +418,7 @@ void HttpServer::handle_connection(int fd) {
     ReadStatus status = read_request(fd, buffer, request, first);
     if (status == ReadStatus::closed) break;
     if (status != ReadStatus::ok) {
-      HttpResponder r(fd, false, limits_.write_timeout);
+      HttpResponder r(fd, false);
       switch (status) {
         case ReadStatus::timeout:
           write_error(r, 408, cat("the request did not arrive completely within ", limits_.request_deadline.count(), " ms"));
@@ -437,7 +437,7 @@ void HttpServer::handle_connection(int fd) {
     std::string connection = lower(request.header("Connection"));
     bool keep_alive = request.version == "HTTP/1.1" ? connection.find("close") == std::string::npos
                                                     : connection.find("keep-alive") != std::string::npos;
-    HttpResponder responder(fd, keep_alive && !stopping_.load(), limits_.write_timeout);
+    HttpResponder responder(fd, keep_alive && !stopping_.load());
     try {
       dispatch(request, responder);
     } catch (const std::exception& e) {

@@ -46,8 +46,8 @@ struct HttpRequest {
 // One response on one connection. Either send() once, or begin_stream() then write() pieces.
 class HttpResponder {
  public:
-  HttpResponder(int fd, bool keep_alive, std::chrono::milliseconds write_timeout)
-      : fd_(fd), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
+  // Writes block for at most the socket's SO_SNDTIMEO (HttpLimits::write_timeout).
+  HttpResponder(int fd, bool keep_alive) : fd_(fd), keep_alive_(keep_alive) {}
 
   void add_header(std::string name, std::string value) { extra_.emplace_back(std::move(name), std::move(value)); }
   void send(int status, std::string_view content_type, std::string_view body);
@@ -68,7 +68,6 @@ class HttpResponder {
 
   int fd_;
   bool keep_alive_;
-  std::chrono::milliseconds write_timeout_;
   std::vector<std::pair<std::string, std::string>> extra_;
   bool responded_ = false, streaming_ = false, broken_ = false;
 };

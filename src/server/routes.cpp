@@ -1,5 +1,6 @@
 #include "server/routes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -41,8 +42,32 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Nesting depth of JSON text (brackets outside strings). Deeply nested values would reach
+// recursive code later (copies, the template's tojson), so they are refused before parsing.
+size_t json_depth(std::string_view s) {
+  size_t depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
 Json parse_body(const HttpRequest& req) {
+  constexpr size_t kMaxDepth = 64;
   if (req.body.empty()) throw invalid_request("the request body is empty; expected a JSON object", "body", "invalid_json");
+  if (json_depth(req.body) > kMaxDepth)
+    throw invalid_request(cat("the request body nests deeper than ", kMaxDepth, " levels"), "body", "invalid_json");
   try {
     return Json::parse(req.body);
   } catch (const Json::parse_error& e) {

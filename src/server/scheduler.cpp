@@ -18,6 +18,13 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// How many tokens of `prompt` a session's timeline already holds: all of them or nothing (a
+// recurrent state cannot be cut back), and never the whole prompt (its logits are not kept).
+int64_t reusable_prefix(const std::vector<int32_t>& timeline, const std::vector<int32_t>& prompt) {
+  if (timeline.empty() || timeline.size() >= prompt.size()) return 0;
+  return std::equal(timeline.begin(), timeline.end(), prompt.begin()) ? static_cast<int64_t>(timeline.size()) : 0;
+}
+
 }  // namespace
 
 // One HTTP request: where its events go and whether its client is still there.
@@ -127,10 +134,16 @@ void Scheduler::loop() {
       });
       if (stopping_) break;
     }
-    take_incoming();
-    drop_cancelled();
-    admit();
-    if (!active_.empty()) step();
+    try {
+      take_incoming();
+      drop_cancelled();
+      admit();
+      if (!active_.empty()) step();
+    } catch (const std::exception& e) {  // out of memory in a snapshot, say: fail what runs, keep serving
+      for (auto& seq : active_)
+        if (!seq->done) fail_sequence(*seq, std::string("internal error: ") + e.what());
+      std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+    }
     update_gauges();
   }
   // Shutting down: whatever is still running or waiting ends with an error event.
@@ -191,20 +204,53 @@ int Scheduler::free_slot() const {
   return -1;
 }
 
+bool Scheduler::waits_for_commit(const Pending& p) const {
+  // The next turn of a conversation whose reply is about to be cached waits one step for it.
+  const std::vector<int32_t>& prompt = p.task->task.prompt;
+  for (const auto& seq : active_) {
+    if (seq->done || seq->phase != Sequence::Phase::commit) continue;
+    const std::vector<int32_t>& timeline = slots_[static_cast<size_t>(seq->slot)].session->tokens();
+    if (timeline.size() < prompt.size() && prompt[timeline.size()] == seq->last_token &&
+        std::equal(timeline.begin(), timeline.end(), prompt.begin()))
+      return true;
+  }
+  return false;
+}
+
+int Scheduler::choose_slot(const Pending& p) const {
+  // Among free slots, the one whose session already holds the longest prefix of the prompt: a
+  // conversation continues in place, without copying a snapshot.
+  int best = -1;
+  int64_t best_n = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].busy) continue;
+    int64_t n = p.task && p.choice == 0 && slots_[i].session ? reusable_prefix(slots_[i].session->tokens(), p.task->task.prompt) : 0;
+    if (n > best_n) best = static_cast<int>(i), best_n = n;
+  }
+  return best;
+}
+
 void Scheduler::admit() {
-  for (int slot = free_slot(); slot >= 0; slot = free_slot()) {
+  while (true) {
     if (!pending_.empty()) {
+      const Pending& front = *pending_.front();
+      if (front.choice == 0 && front.task->task.use_cache && waits_for_commit(front)) break;
+      int slot = choose_slot(front);
+      if (slot < 0) break;
       std::unique_ptr<Pending> p = std::move(pending_.front());
       pending_.pop_front();
       start_sequence(*p, slot);
-    } else if (!warm_pending_.empty() &&
+      continue;
+    }
+    int slot = free_slot();
+    if (slot >= 0 && !warm_pending_.empty() &&
                std::none_of(active_.begin(), active_.end(), [](const auto& s) { return !s->task; })) {
       Pending p{nullptr, 0, std::move(warm_pending_.front())};
       warm_pending_.pop_front();
       start_sequence(p, slot);
-    } else {
-      break;
+      continue;
     }
+    break;
   }
 }
 
@@ -264,9 +310,7 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
   if (t.task.use_cache) {
     // The longest cached prefix (a whole prompt comes with its logits), or else the slot's own
     // timeline when it is a prefix of the prompt: often the previous turn of this conversation.
-    const std::vector<int32_t>& own = session.tokens();
-    int64_t own_n = static_cast<int64_t>(own.size());
-    if (own_n >= len || !std::equal(own.begin(), own.end(), t.task.prompt.begin())) own_n = 0;
+    int64_t own_n = reusable_prefix(session.tokens(), t.task.prompt);
     auto hit = cache_.enabled() ? cache_.find(t.task.prompt, len) : std::nullopt;
     if (hit && hit->n_tokens > own_n) {
       session.restore(*hit->snapshot);

@@ -82,6 +82,8 @@ class Scheduler {
   void fail_sequence(Sequence& seq, const std::string& message);
   void snapshot_into_cache(Sequence& seq, SnapshotPoint point, const std::vector<float>& logits);
   int free_slot() const;
+  int choose_slot(const Pending& p) const;
+  bool waits_for_commit(const Pending& p) const;
   void update_gauges();
 
   std::shared_ptr<Engine> engine_;

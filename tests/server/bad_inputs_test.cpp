@@ -45,6 +45,7 @@ TEST_F(BadInputs, InvalidJson) {
   expect_error(http(port(), "POST", "/v1/chat/completions", ""), 400, "body");
   expect_error(http(port(), "POST", "/v1/chat/completions", "[1, 2, 3]"), 400);
   expect_error(http(port(), "POST", "/v1/completions", "{\"prompt\": \"\xff\xfe\"}"), 400, "body");  // not UTF-8
+  expect_error(http(port(), "POST", "/v1/chat/completions", std::string(10000, '[')), 400, "body");  // too deep
 }
 
 TEST_F(BadInputs, WrongFieldTypes) {
