@@ -2,6 +2,7 @@
 // where the meaning is the same.
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "server/server.h"
 
@@ -11,7 +12,7 @@ void add_serve(CLI::App& app) {
   static server::ServerOptions o;
   static int exit_code = 0;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, SSE, prefix cache)");
-  cmd->add_option("-m,--model", o.model_path, "Model GGUF")->required();
+  cmd->add_option("-m,--model", o.model_path, "Model GGUF (default: the embedded tiny random model)");
   cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "Port (0: any free port, printed at startup)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Tokens per sequence, prompt and reply (0: the model's training context)")
@@ -37,6 +38,7 @@ void add_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 3600));
   cmd->add_option("--backend", o.backend, "Op backend")->capture_default_str();
   cmd->callback([] {
+    o.model_path = model_or_default(o.model_path);
     exit_code = server::run_server(o);
     if (exit_code != 0) fail("the server stopped with an error");
   });
