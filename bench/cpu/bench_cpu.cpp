@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   c_ops->add_option("-t,--threads", ops.n_threads, "cpu threads (0: every core)")->capture_default_str();
   c_ops->add_option("--min-seconds", ops.min_seconds, "Timing window per op and backend")->capture_default_str();
   c_ops->add_option("--backends", ops_backends, "ref, cpu, cpu-avx2, cpu-scalar")->capture_default_str();
+  c_ops->add_option("--filter", ops.filter, "Only ops whose name contains this");
 
   DecodeOptions dec;
   std::string dec_backends = "ref,cpu";

@@ -184,6 +184,7 @@ void bench_ops(const OpsOptions& o) {
   if (o.backends.size() > 1) std::printf(" %9s", "speedup");
   std::printf(" %10s\n", "last GB/s");
   for (size_t i = 0; i < cases[0].size(); ++i) {
+    if (cases[0][i].name.find(o.filter) == std::string::npos) continue;
     std::printf("%-34s %12.2f", cases[0][i].name.c_str(), cases[0][i].weight_bytes / 1e6);
     std::vector<double> ms;
     for (size_t b = 0; b < backends.size(); ++b) {

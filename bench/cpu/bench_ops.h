@@ -15,6 +15,7 @@ struct OpsOptions {
   int n_threads = 0;
   double min_seconds = 0.3;
   std::vector<std::string> backends{"ref", "cpu"};
+  std::string filter;  // only ops whose name contains this
 };
 
 void bench_ops(const OpsOptions& options);

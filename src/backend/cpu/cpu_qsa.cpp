@@ -126,7 +126,6 @@ void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
     }
   }
   int64_t group = nh / nkv;
-  const uint8_t* kc = reinterpret_cast<const uint8_t*>(a.k_cache->f32());
   pool_.parallel_for(T * nkv, grain_for(T * nkv, group * max_sel * hd * 2, pool_.size()), [&](int64_t i0, int64_t i1) {
     std::vector<float> s, o(group * hd);
     for (int64_t i = i0; i < i1; ++i) {
@@ -134,23 +133,32 @@ void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
       const int32_t* sel = a.sel->i32() + t * max_sel;
       const float* q = a.q->f32() + (t * nh + g * group) * hd;  // the group's heads, hd apart
       s.resize(group * n);
-      // s[h][j] = q_h·K_{sel_j}: one key row against the group's heads.
-      for (int64_t j = 0; j < n; ++j)
-        k_.mat[0](kc + (static_cast<int64_t>(sel[j]) * nkv + g) * hd * 4, hd * 4, 1, hd, q, hd, group, s.data() + j, n);
-      std::fill(o.begin(), o.end(), 0.0f);
+      // Selected positions come in ascending runs (whole blocks, then the tail); within a run the
+      // cache rows are nkv·hd apart, so each run is one strided matrix for the kernels.
+      auto for_runs = [&](auto&& fn) {
+        for (int64_t j0 = 0, j1; j0 < n; j0 = j1) {
+          for (j1 = j0 + 1; j1 < n && sel[j1] == sel[j1 - 1] + 1; ++j1) {
+          }
+          fn(j0, j1, (static_cast<int64_t>(sel[j0]) * nkv + g) * hd);
+        }
+      };
+      // s[h][j] = q_h·K_j for the group's heads at once.
+      for_runs([&](int64_t j0, int64_t j1, int64_t row) {
+        k_.mat[0](reinterpret_cast<const uint8_t*>(a.k_cache->f32() + row), nkv * hd * 4, j1 - j0, hd, q, hd, group,
+                  s.data() + j0, n);
+      });
       for (int64_t h = 0; h < group; ++h) {
         float* sh = s.data() + h * n;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sh[j] *= a.scale);
-        double sum = 0;
-        for (int64_t j = 0; j < n; ++j) sum += sh[j] = std::exp(sh[j] - mx);
-        float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < n; ++j) sh[j] *= inv;
+        k_.scale(a.scale, sh, n);
+        float mx = n ? *std::max_element(sh, sh + n) : 0.0f;
+        float sum = k_.exp_sum(sh, n, mx);
+        k_.scale(1.0f / sum, sh, n);
       }
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v = a.v_cache->f32() + (static_cast<int64_t>(sel[j]) * nkv + g) * hd;
-        for (int64_t h = 0; h < group; ++h) k_.axpy(s[h * n + j], v, o.data() + h * hd, hd);
-      }
+      // o = P·V, run by run.
+      std::fill(o.begin(), o.end(), 0.0f);
+      for_runs([&](int64_t j0, int64_t j1, int64_t row) {
+        k_.gemm_nn(s.data() + j0, n, a.v_cache->f32() + row, nkv * hd, o.data(), hd, group, hd, j1 - j0, true);
+      });
       for (int64_t h = 0; h < group; ++h) {
         const float* gate = a.gate->f32() + (t * nh + g * group + h) * hd;
         float* out = a.out->f32() + t * nh * hd + (g * group + h) * hd;

@@ -40,6 +40,8 @@ struct Kernels {
   float (*sum_squares)(const float* x, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a·x
   void (*scale)(float a, float* x, int64_t n);                 // x *= a
+  // x[i] = exp(x[i] − shift) (relative error ~1e-7; 0 below e^−87), returns Σ x[i] (softmax).
+  float (*exp_sum)(float* x, int64_t n, float shift);
   // One delta-rule token for one v head, state S [dk][dv] in place: S = decay·S;
   // S += k ⊗ beta·(v − kᵀS); out = qᵀS.
   void (*gdn_step)(float* S, int64_t dk, int64_t dv, const float* q, const float* k, const float* v, float decay,

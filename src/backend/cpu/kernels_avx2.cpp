@@ -43,6 +43,23 @@ struct Avx2 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+  // exp by 2^n·e^r, r = x − n·ln2 in [−ln2/2, ln2/2] (Cody–Waite split), Cephes' expf polynomial;
+  // 2^n is built in the exponent field (n >= −126 after the clamp).
+  static V exp(V x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(-87.33654f)), set1(88.72283f));
+    V n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    V p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set1(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
 };
 
 double hsum_pd(__m256d v) {

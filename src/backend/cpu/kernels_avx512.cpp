@@ -41,6 +41,21 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+  // exp by 2^n·e^r, r = x − n·ln2 in [−ln2/2, ln2/2] (Cody–Waite split), Cephes' expf polynomial.
+  static V exp(V x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, set1(-87.33654f)), set1(88.72283f));
+    V n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, set1(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    V p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set1(1.0f)));
+    return _mm512_scalef_ps(p, n);
+  }
 };
 
 // Products of two floats are exact in FP64, so only the order of the sums differs from a

@@ -2,7 +2,7 @@
 //   V, W                 vector type and its float lanes
 //   RB×TB, RB1           mat tile (weight rows × tokens), and rows per tile when one token
 //   zero/set1/load/store/fma/mul/add/sub/reduce, load_n/store_n (the first n < W lanes)
-//   load_f16/load_bf16 (+ _n), load_q8 (W int8 → float), f16_scalar
+//   load_f16/load_bf16 (+ _n), load_q8 (W int8 → float), f16_scalar, exp
 // Included only by kernels_<isa>.cpp, each compiled with its target flags. Everything here has
 // internal linkage and calls nothing from the standard library, so no instruction of one set can
 // leak into a function another translation unit links against.
@@ -264,6 +264,24 @@ void scale(float a, float* x, int64_t n) {
   }
 }
 
+template <class P>
+float exp_sum(float* x, int64_t n, float shift) {
+  typename P::V sv = P::set1(shift), acc = P::zero();
+  int64_t i = 0;
+  for (; i + P::W <= n; i += P::W) {
+    typename P::V e = P::exp(P::sub(P::load(x + i), sv));
+    P::store(x + i, e);
+    acc = P::add(acc, e);
+  }
+  if (i < n) {
+    int r = static_cast<int>(n - i);
+    typename P::V e = P::exp(P::sub(P::load_n(x + i, r), sv));
+    P::store_n(x + i, e, r);
+    acc = P::add(acc, P::load_n(x + i, r));  // only the valid lanes
+  }
+  return P::reduce(acc);
+}
+
 // ---- the delta rule, one token of one head ----------------------------------------------------
 
 // Columns of S in groups of up to 4 vectors: both passes over a group's dk rows run while they
@@ -326,6 +344,7 @@ constexpr Kernels make_kernels(Isa isa, double (*dot_f64)(const float*, const fl
       .sum_squares = sum_squares<P>,
       .axpy = axpy<P>,
       .scale = scale<P>,
+      .exp_sum = exp_sum<P>,
       .gdn_step = gdn_step<P>,
   };
 }

@@ -2,6 +2,8 @@
 // checked against (tests/ops/cpu_kernels_test.cpp). A "vector" is 8 floats in an array, so the
 // summation order (8 partial sums) and the tail handling match the AVX2 table, and the compiler
 // may map the lane loops onto whatever SIMD the baseline target has.
+#include <cmath>
+
 #include "backend/cpu/kernels_impl.h"
 #include "core/half.h"
 
@@ -71,6 +73,10 @@ struct Scalar {
     return r;
   }
   static float f16_scalar(uint16_t h) { return f16_to_f32(h); }
+  static V exp(V x) {
+    for (float& v : x.v) v = std::exp(v);
+    return x;
+  }
 };
 
 double dot_f64(const float* a, const float* b, int64_t n) {
