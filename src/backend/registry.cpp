@@ -1,5 +1,8 @@
 // The registry of backends by name.
 #include "backend/cpu/cpu_backend.h"
+#ifdef REGOLITH_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "backend/ops.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
@@ -17,6 +20,9 @@ struct BackendEntry {
 const BackendEntry kBackends[] = {
     {"ref", [] { return std::unique_ptr<Backend>(new RefBackend()); }},
     {"cpu", [] { return std::unique_ptr<Backend>(new CpuBackend()); }},
+#ifdef REGOLITH_HAS_CUDA
+    {"cuda", make_cuda_backend},
+#endif
 };
 
 }  // namespace

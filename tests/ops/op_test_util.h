@@ -13,9 +13,26 @@
 #include <gtest/gtest.h>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "quant/rows.h"
 
 namespace regolith::test {
+
+// A backend by name for a test's SetUp. A device backend whose device is absent (CI has nvcc but
+// no GPU) gives null and the reason, so the test skips instead of failing.
+inline std::unique_ptr<Backend> backend_or_skip_reason(const std::string& name, std::string& reason) {
+  try {
+    return make_backend(name);
+  } catch (const Error& e) {
+    if (name != "cuda") throw;
+    reason = e.what();
+    return nullptr;
+  }
+}
+
+// Names parameterized tests by backend ("Backends/BasicOps.GetRows/cuda"), so CTest labels can
+// select a backend's instances.
+inline std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
 inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -8,7 +8,12 @@ namespace {
 
 class BasicOps : public ::testing::TestWithParam<std::string> {
  protected:
-  std::unique_ptr<Backend> be = make_backend(GetParam());
+  void SetUp() override {
+    std::string reason;
+    be = backend_or_skip_reason(GetParam(), reason);
+    if (!be) GTEST_SKIP() << reason;
+  }
+  std::unique_ptr<Backend> be;
 };
 
 TEST_P(BasicOps, GetRows) {
@@ -148,7 +153,7 @@ TEST_P(BasicOps, CausalConvDilatedAndSplit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BasicOps, ::testing::ValuesIn(backend_names()));
+INSTANTIATE_TEST_SUITE_P(Backends, BasicOps, ::testing::ValuesIn(backend_names()), backend_param_name);
 
 }  // namespace
 }  // namespace regolith::test

@@ -11,7 +11,12 @@ namespace {
 
 class ModelOps : public ::testing::TestWithParam<std::string> {
  protected:
-  std::unique_ptr<Backend> be = make_backend(GetParam());
+  void SetUp() override {
+    std::string reason;
+    be = backend_or_skip_reason(GetParam(), reason);
+    if (!be) GTEST_SKIP() << reason;
+  }
+  std::unique_ptr<Backend> be;
 };
 
 TEST_P(ModelOps, HcReadAndWrite) {
@@ -351,7 +356,7 @@ TEST_P(ModelOps, PleGate) {
   EXPECT_FLOAT_EQ(be->read_f32(out)[W + 2 * H], 0.5f * val[H]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, ModelOps, ::testing::ValuesIn(backend_names()));
+INSTANTIATE_TEST_SUITE_P(Backends, ModelOps, ::testing::ValuesIn(backend_names()), backend_param_name);
 
 }  // namespace
 }  // namespace regolith::test

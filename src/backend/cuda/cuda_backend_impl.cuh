@@ -1,0 +1,118 @@
+// The CUDA backend (ops.h on one device). Tensors are device memory from a stream-ordered pool;
+// every op runs on the backend's one stream, so a freed buffer can be handed out again at once.
+// Weights are uploaded once, keyed by (data pointer, type, shape, a sample of the bytes): matrix
+// weights keep their ggml block layout and are decoded in the kernels (cuda_quant.cuh); small
+// parameter vectors (norm gammas, conv taps, gates) are kept as F32. Activations and the GDN state
+// are FP32. This first cut favours plain kernels that mirror the reference op by op; fusion and
+// tensor-core GEMMs come later, each against the same op tests.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/ops.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace regolith::cuda {
+
+// Device buffers recycled by size class. Safe because every kernel runs on one stream: a buffer
+// released on the host is reused only by work queued after everything that used it.
+class DevicePool {
+ public:
+  ~DevicePool();
+  void* get(size_t bytes, size_t& rounded);
+  void put(void* p, size_t rounded);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+// A matrix weight as the kernels read it: rows of row_bytes in `type`'s block layout.
+struct DeviceMatrix {
+  const uint8_t* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  uint64_t row_bytes = 0;
+  int64_t K = 0, n_rows = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+  std::string_view name() const override { return "cuda"; }
+
+  Tensor alloc(DType dtype, std::array<int64_t, 4> ne) override;
+  void write(Tensor& dst, const void* src, size_t bytes) override;
+  void read(const Tensor& src, void* dst, size_t bytes) override;
+  void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) override;
+
+  void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
+  void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) override;
+  void rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) override;
+  void swiglu(const Tensor& g, const Tensor& u, Tensor& out) override;
+  void add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) override;
+  void causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) override;
+
+  void hc_read(const HcReadArgs& a) override;
+  void hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) override;
+
+  void gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias, Tensor& g,
+                 Tensor& beta) override;
+  void gdn_recurrent(const GdnScanArgs& a) override;
+  void gdn_chunked(const GdnScanArgs& a) override;
+  void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) override;
+
+  void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) override;
+  void qsa_pool(const QsaPoolArgs& a) override;
+  void qsa_select(const QsaSelectArgs& a) override;
+  void qsa_attend(const QsaAttendArgs& a) override;
+
+  void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) override;
+  void moe_experts(const MoeExpertsArgs& a) override;
+
+  void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) override;
+
+  // ---- for the op files ----
+  cudaStream_t stream() const { return stream_; }
+  // The weight on the device, uploaded on first use.
+  const DeviceMatrix& matrix(const Weight& w);
+  // All values of a (small) weight as F32 on the device.
+  const float* values(const Weight& w);
+  // A scratch buffer from the pool, released (stream-ordered) when the returned tensor goes.
+  Tensor scratch_f32(int64_t n) { return alloc_raw(DType::F32, {n, 1, 1, 1}, false); }
+  Tensor scratch_bytes(size_t bytes) { return alloc_raw(DType::F32, {static_cast<int64_t>((bytes + 3) / 4), 1, 1, 1}, false); }
+  // Host values copied into a scratch buffer (positions, ids).
+  template <typename T>
+  Tensor upload_scratch(std::span<const T> v) {
+    Tensor t = scratch_bytes(std::max<size_t>(v.size_bytes(), 4));
+    if (!v.empty()) check(cudaMemcpyAsync(t.f32(), v.data(), v.size_bytes(), cudaMemcpyHostToDevice, stream_), "upload");
+    return t;
+  }
+  // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
+  void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
+
+ private:
+  Tensor alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero);
+  using WeightKey = std::tuple<const uint8_t*, GgmlType, int64_t, int64_t, int64_t, int64_t, uint64_t>;
+  static WeightKey key_of(const Weight& w);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<DevicePool> pool_;
+  std::map<WeightKey, DeviceMatrix> matrices_;
+  std::map<WeightKey, const float*> vectors_;
+  std::vector<void*> weight_buffers_;  // owned, freed with the backend
+};
+
+}  // namespace regolith::cuda

@@ -1,0 +1,193 @@
+// CUDA generic ops: row gather, elementwise, norms, RoPE, dilated causal conv. Each mirrors the
+// reference's arithmetic (FP64 where ref uses FP64) so results differ from it only by rounding.
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "quant/rows.h"
+
+namespace regolith::cuda {
+
+namespace {
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void repeat_streams_kernel(const float* x, int64_t H, int64_t S, int64_t T, float* out) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= H * S * T) return;
+  int64_t d = i % H, t = i / (H * S);
+  out[i] = x[t * H + d];
+}
+
+// One block per group. w: null, one gamma per group position (w_len == group), or per row
+// position (w_len == row length n).
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t group, int64_t n, int64_t w_len, float eps,
+                                float* out) {
+  int64_t gi = blockIdx.x;
+  const float* xr = x + gi * group;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss);
+  double r = 1.0 / sqrt(ss / group + static_cast<double>(eps));
+  const float* wp = w ? w + (w_len == n ? (gi * group) % n : 0) : nullptr;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x)
+    out[gi * group + i] = static_cast<float>(xr[i] * r * (wp ? static_cast<double>(wp[i]) : 1.0));
+}
+
+__global__ void rope_kernel(float* x, const int64_t* positions, const float* inv_freq, int64_t hd, int64_t nh,
+                            int64_t T, int64_t half) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= half * nh * T) return;
+  int64_t pair = i % half, row = i / half, t = row / nh;
+  rope_pair(x + row * hd, pair, half, inv_freq[pair], positions[t]);
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(silu_d(g[i]) * u[i]);
+}
+
+__global__ void add_sigmoid_gated_kernel(float* acc, const float* x, const float* s, int64_t n, int64_t T) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * T) return;
+  double gate = sigmoid_d(s[i / n]);
+  acc[i] = static_cast<float>(acc[i] + gate * x[i]);
+}
+
+// seq = [history (L rows) | x (T rows)], rows of C channels.
+__device__ __forceinline__ float conv_seq(const float* hist, const float* x, int64_t L, int64_t C, int64_t j,
+                                          int64_t c) {
+  return j < L ? hist[j * C + c] : x[(j - L) * C + c];
+}
+
+__global__ void causal_conv_kernel(const float* x, const float* hist, const float* w, int64_t C, int64_t T,
+                                   int64_t K, int64_t dil, float* out) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= C * T) return;
+  int64_t c = i % C, t = i / C, L = (K - 1) * dil;
+  double s = 0;
+  for (int64_t k = 0; k < K; ++k)
+    s += static_cast<double>(w[c * K + k]) * conv_seq(hist, x, L, C, L + t - (K - 1 - k) * dil, c);
+  out[i] = static_cast<float>(silu_d(s));
+}
+
+// The last L rows of [history | x] into next_hist.
+__global__ void conv_history_kernel(const float* x, const float* hist, int64_t C, int64_t T, int64_t L,
+                                    float* next_hist) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= C * L) return;
+  int64_t c = i % C, r = i / C;
+  next_hist[i] = conv_seq(hist, x, L, C, T + r, c);
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
+  // Gathered on the host from the mapped file: the tables (token embedding, PLE n-gram rows) can
+  // be far larger than what one call needs, and the PLE table is meant to stay off the device.
+  int64_t n = table.ne[0];
+  expect_elements(out, n * static_cast<int64_t>(ids.size()), "get_rows", "out");
+  std::vector<float> rows(static_cast<size_t>(n) * ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= table.n_rows())
+      fail("get_rows: row ", ids[i], " is outside ", table.name, " (", table.n_rows(), " rows)");
+    dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * table.row_bytes, n, rows.data() + i * n);
+  }
+  if (!rows.empty()) write(out, rows.data(), rows.size() * sizeof(float));
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  expect_shape(b, a.ne(), "add", "b");
+  expect_shape(out, a.ne(), "add", "out");
+  int64_t n = a.n_elements();
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(a.f32(), b.f32(), out.f32(), n);
+  check_launch("add_kernel");
+}
+
+void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
+  int64_t H = x.ne(0), T = x.ne(1);
+  expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
+  int64_t n = H * n_streams * T;
+  if (n == 0) return;
+  repeat_streams_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x.f32(), H, n_streams, T, out.f32());
+  check_launch("repeat_streams_kernel");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
+  int64_t n = x.ne(0);
+  if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
+  expect_shape(out, x.ne(), "rms_norm", "out");
+  const float* wv = nullptr;
+  int64_t w_len = 0;
+  if (w) {
+    if (w->n_elements() != group && w->n_elements() != n)
+      fail("rms_norm: weight ", w->name, " has ", w->n_elements(), " values for groups of ", group, " in rows of ", n);
+    wv = values(*w);
+    w_len = w->n_elements();
+  }
+  int64_t n_groups = x.n_elements() / group;
+  if (n_groups == 0) return;
+  int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
+  rms_norm_kernel<<<static_cast<unsigned>(n_groups), threads, 0, stream_>>>(x.f32(), wv, group, n, w_len, eps, out.f32());
+  check_launch("rms_norm_kernel");
+}
+
+void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
+  int64_t hd = x.ne(0), nh = x.ne(1), T = x.ne(2);
+  if (static_cast<int64_t>(positions.size()) != T || x.ne(3) != 1)
+    fail("rope: ", positions.size(), " positions for ", x.shape_string());
+  if (n_rot <= 0 || n_rot % 2 || n_rot > hd) fail("rope: n_rot ", n_rot, " for heads of ", hd);
+  int64_t half = n_rot / 2, n = half * nh * T;
+  if (n == 0) return;
+  std::vector<float> inv = rope_inv_freq(n_rot, theta);
+  Tensor pos = upload_scratch(positions), freq = upload_scratch(std::span<const float>(inv));
+  rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x.f32(), reinterpret_cast<const int64_t*>(pos.f32()),
+                                                                  freq.f32(), hd, nh, T, half);
+  check_launch("rope_kernel");
+}
+
+void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
+  expect_shape(u, g.ne(), "swiglu", "u");
+  expect_shape(out, g.ne(), "swiglu", "out");
+  int64_t n = g.n_elements();
+  if (n == 0) return;
+  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(g.f32(), u.f32(), out.f32(), n);
+  check_launch("swiglu_kernel");
+}
+
+void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
+  int64_t n = acc.ne(0), T = acc.ne(1);
+  expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
+  expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
+  if (n * T == 0) return;
+  add_sigmoid_gated_kernel<<<blocks_for(n * T, kThreads), kThreads, 0, stream_>>>(acc.f32(), x.f32(), s.f32(), n, T);
+  check_launch("add_sigmoid_gated_kernel");
+}
+
+void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
+  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0];
+  if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
+  int64_t L = (K - 1) * dilation;
+  expect_shape(history, {C, L, 1, 1}, "causal_conv", "history");
+  expect_shape(out, x.ne(), "causal_conv", "out");
+  const float* wv = values(w);
+  if (C * T > 0) {
+    causal_conv_kernel<<<blocks_for(C * T, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), wv, C, T, K,
+                                                                              dilation, out.f32());
+    check_launch("causal_conv_kernel");
+  }
+  if (C * L > 0) {
+    Tensor next = scratch_f32(C * L);
+    conv_history_kernel<<<blocks_for(C * L, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), C, T, L,
+                                                                               next.f32());
+    check_launch("conv_history_kernel");
+    copy(next, 0, history, 0, C * L);
+  }
+}
+
+}  // namespace regolith::cuda

@@ -1,0 +1,100 @@
+// Shared pieces of the CUDA op files: error checks that throw regolith::Error, shape checks with
+// the reference backend's messages, launch geometry, and block/warp reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace regolith::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("cuda: ", what, ": ", cudaGetErrorString(e));
+}
+
+// After every launch: a bad configuration shows here, a fault in the kernel at the next sync.
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+inline void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
+  if (t.empty() || t.ne() != ne)
+    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
+         ne[1], ", ", ne[2], ", ", ne[3], "}");
+}
+
+inline void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
+}
+
+inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+__device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ double silu_d(double x) { return x * sigmoid_d(x); }
+
+// RoPE inverse frequencies computed on the host exactly as the reference does (FP32 pow), so the
+// FP32 angles inv_freq·pos agree bit for bit.
+inline std::vector<float> rope_inv_freq(int64_t n_rot, float theta) {
+  std::vector<float> f(static_cast<size_t>(n_rot / 2));
+  for (int64_t i = 0; i < n_rot / 2; ++i)
+    f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(n_rot));
+  return f;
+}
+
+// Rotates pair (i, i + half) of one head in place: NeoX RoPE with FP32 angle, cos/sin rounded
+// to FP32 and the rotation in FP64 (ref_util.h rope_head).
+__device__ __forceinline__ void rope_pair(float* x, int64_t i, int64_t half, float inv_freq, int64_t pos) {
+  float ang = inv_freq * static_cast<float>(pos);
+  double c = static_cast<float>(cos(static_cast<double>(ang)));
+  double s = static_cast<float>(sin(static_cast<double>(ang)));
+  double x1 = x[i], x2 = x[i + half];
+  x[i] = static_cast<float>(x1 * c - x2 * s);
+  x[i + half] = static_cast<float>(x2 * c + x1 * s);
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+template <typename T>
+__device__ T block_sum(T v) {
+  __shared__ T partial[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < n_warps; ++w) total += partial[w];
+  return total;
+}
+
+template <typename T>
+__device__ T block_max(T v) {
+  __shared__ T partial[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T m = partial[0];
+  for (int w = 1; w < n_warps; ++w) m = max(m, partial[w]);
+  return m;
+}
+
+}  // namespace regolith::cuda

@@ -1,0 +1,142 @@
+// out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
+// Few tokens (decode): a warp per output row reads the row once and dots it with every token.
+// More tokens (prefill): 64×64 output tiles; 64 threads decode a 32-wide slice of the tile's rows
+// into shared memory per step while the block stages the matching tokens.
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+namespace regolith::cuda {
+
+namespace {
+
+constexpr int kMatvecMaxTokens = 8;
+constexpr int kMatvecWarps = 4;
+
+template <typename D, int TB>
+__global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
+                              const float* __restrict__ x, int T, float* __restrict__ out) {
+  int64_t n = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const uint8_t* row = W + n * row_bytes;
+  int64_t n_chunks = (K + 31) / 32;
+  float acc[TB];
+#pragma unroll
+  for (int t = 0; t < TB; ++t) acc[t] = 0.0f;
+  for (int64_t c = lane; c < n_chunks; c += 32) {
+    float w[32];
+    D::chunk(row, c, K, w);
+    int64_t k0 = c * 32;
+    int valid = static_cast<int>(K - k0 < 32 ? K - k0 : 32);
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t < T) {
+        const float* xr = x + t * K + k0;
+        float s = 0.0f;
+        if (valid == 32) {
+#pragma unroll
+          for (int j = 0; j < 32; ++j) s += w[j] * xr[j];
+        } else {
+          for (int j = 0; j < valid; ++j) s += w[j] * xr[j];
+        }
+        acc[t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TB; ++t) {
+    float s = warp_sum(acc[t]);
+    if (lane == 0 && t < T) out[t * N + n] = s;
+  }
+}
+
+constexpr int kTile = 64;
+
+template <typename D>
+__global__ void __launch_bounds__(256) gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K,
+                                                   int64_t N, const float* __restrict__ x, int64_t T,
+                                                   float* __restrict__ out) {
+  __shared__ float Ws[32][kTile + 1];  // [k][row]
+  __shared__ float Xs[32][kTile + 1];  // [k][token]
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile, t0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[4][4] = {};
+  const int64_t n_chunks = (K + 31) / 32;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    if (tid < kTile) {
+      float w[32];
+      if (n0 + tid < N) {
+        D::chunk(W + (n0 + tid) * row_bytes, c, K, w);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) w[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 32; ++j) Ws[j][tid] = w[j];
+    }
+    for (int i = tid; i < 32 * kTile; i += 256) {
+      int tt = i / 32, kk = i % 32;
+      int64_t t = t0 + tt, k = c * 32 + kk;
+      Xs[kk][tt] = (t < T && k < K) ? x[t * K + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < 32; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = Ws[kk][ty * 4 + i], b[i] = Xs[kk][tx * 4 + i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int64_t n = n0 + ty * 4 + i, t = t0 + tx * 4 + j;
+      if (n < N && t < T) out[t * N + n] = acc[i][j];
+    }
+}
+
+template <typename D>
+void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
+  const int64_t N = w.n_rows, K = w.K;
+  if (T <= kMatvecMaxTokens) {
+    dim3 grid(blocks_for(N, kMatvecWarps)), block(32 * kMatvecWarps);
+    int t = static_cast<int>(T);
+    if (T == 1)
+      matvec_kernel<D, 1><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
+    else if (T == 2)
+      matvec_kernel<D, 2><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
+    else if (T <= 4)
+      matvec_kernel<D, 4><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
+    else
+      matvec_kernel<D, 8><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
+    check_launch("matvec_kernel");
+  } else {
+    dim3 grid(blocks_for(N, kTile), blocks_for(T, kTile));
+    gemm_kernel<D><<<grid, 256, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, out);
+    check_launch("gemm_kernel");
+  }
+}
+
+}  // namespace
+
+void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
+  if (T == 0 || w.n_rows == 0) return;
+  bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(w, x, T, out, stream_); });
+  if (!ok) fail("cuda matmul: no decoder for ", type_name(w.type));
+}
+
+void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
+  int64_t K = w.ne[0], N = w.ne[1], T = x.ne(1);
+  if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
+  expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
+  expect_shape(out, {N, T, 1, 1}, "mul_mat", "out");
+  matmul(matrix(w), x.f32(), T, out.f32());
+}
+
+}  // namespace regolith::cuda

@@ -1,0 +1,170 @@
+// CUDA backend memory: the device, its stream, pooled tensor storage, host transfers and the
+// upload-once weight caches.
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+#include "quant/rows.h"
+
+namespace regolith {
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+
+namespace cuda {
+
+namespace {
+
+// Size classes: 256-byte steps up to 64 KiB, then powers of two (caches grow by doubling).
+size_t size_class(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 256);
+  if (bytes <= (64u << 10)) return (bytes + 255) & ~size_t{255};
+  size_t c = 64u << 10;
+  while (c < bytes) c <<= 1;
+  return c;
+}
+
+uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+DevicePool::~DevicePool() {
+  for (auto& [size, list] : free_)
+    for (void* p : list) cudaFree(p);
+}
+
+void* DevicePool::get(size_t bytes, size_t& rounded) {
+  rounded = size_class(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(rounded);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return p;
+    }
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, rounded);
+  if (e != cudaSuccess) {
+    // Give the cached buffers back to the driver and try once more before failing.
+    cudaGetLastError();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, list] : free_)
+      for (void* q : list) cudaFree(q);
+    free_.clear();
+    check(cudaMalloc(&p, rounded), "cudaMalloc");
+  }
+  return p;
+}
+
+void DevicePool::put(void* p, size_t rounded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[rounded].push_back(p);
+}
+
+CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    fail("cuda backend: no CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (void* p : weight_buffers_) cudaFree(p);
+  cudaStreamDestroy(stream_);
+}
+
+Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero) {
+  int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+  if (n < 0 || ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4, rounded = 0;
+  void* p = pool_->get(bytes, rounded);
+  if (zero) check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+  std::shared_ptr<DevicePool> pool = pool_;
+  return Tensor(dtype, ne, std::shared_ptr<void>(p, [pool, rounded](void* q) { pool->put(q, rounded); }));
+}
+
+Tensor CudaBackend::alloc(DType dtype, std::array<int64_t, 4> ne) { return alloc_raw(dtype, ne, true); }
+
+void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
+  if (bytes > static_cast<size_t>(dst.n_elements()) * 4) fail("write: ", bytes, " bytes into ", dst.shape_string());
+  // From pageable memory the copy is staged before the call returns, so src may go right after.
+  check(cudaMemcpyAsync(dst.f32(), src, bytes, cudaMemcpyHostToDevice, stream_), "write");
+}
+
+void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
+  if (bytes > static_cast<size_t>(src.n_elements()) * 4) fail("read: ", bytes, " bytes from ", src.shape_string());
+  check(cudaMemcpyAsync(dst, src.f32(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
+  check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
+}
+
+void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
+  if (src.dtype() != dst.dtype()) fail("copy: dtypes differ");
+  if (n < 0 || src_off < 0 || dst_off < 0 || src_off + n > src.n_elements() || dst_off + n > dst.n_elements())
+    fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
+         dst.shape_string(), " is out of bounds");
+  if (n == 0) return;
+  check(cudaMemcpyAsync(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice,
+                        stream_),
+        "copy");
+}
+
+// The bytes of a weight can change behind one pointer only when the host frees and reuses it
+// (tests do); the shape, type and a sample of the first and last bytes tell such weights apart.
+CudaBackend::WeightKey CudaBackend::key_of(const Weight& w) {
+  uint64_t bytes = w.row_bytes * static_cast<uint64_t>(w.n_rows());
+  size_t head = static_cast<size_t>(std::min<uint64_t>(bytes, 64));
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, w.data, head);
+  h = fnv1a(h, w.data + bytes - head, head);
+  return {w.data, w.type, w.ne[0], w.ne[1], w.ne[2], w.ne[3], h};
+}
+
+const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
+  if (!w.present()) fail("cuda: weight ", w.name, " is missing");
+  WeightKey key = key_of(w);
+  auto it = matrices_.find(key);
+  if (it != matrices_.end()) return it->second;
+  DeviceMatrix m{nullptr, w.type, w.row_bytes, w.ne[0], w.n_rows()};
+  void* p = nullptr;
+  if (has_device_decoder(w.type)) {
+    size_t bytes = w.row_bytes * static_cast<size_t>(w.n_rows());
+    check(cudaMalloc(&p, std::max<size_t>(bytes, 4)), "cudaMalloc (weight)");
+    check(cudaMemcpyAsync(p, w.data, bytes, cudaMemcpyHostToDevice, stream_), "upload weight");
+  } else {
+    // No device decoder yet: dequantize once on the host and keep F32 rows.
+    std::vector<float> f(static_cast<size_t>(w.n_elements()));
+    for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
+    check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
+    check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
+    m.type = GgmlType::F32;
+    m.row_bytes = static_cast<uint64_t>(w.ne[0]) * 4;
+  }
+  weight_buffers_.push_back(p);
+  m.data = static_cast<const uint8_t*>(p);
+  return matrices_.emplace(key, m).first->second;
+}
+
+const float* CudaBackend::values(const Weight& w) {
+  if (!w.present()) fail("cuda: weight ", w.name, " is missing");
+  WeightKey key = key_of(w);
+  auto it = vectors_.find(key);
+  if (it != vectors_.end()) return it->second;
+  std::vector<float> f(static_cast<size_t>(w.n_elements()));
+  for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
+  check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
+  weight_buffers_.push_back(p);
+  return vectors_.emplace(key, static_cast<const float*>(p)).first->second;
+}
+
+}  // namespace cuda
+}  // namespace regolith

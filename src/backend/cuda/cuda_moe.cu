@@ -1,0 +1,121 @@
+// CUDA MoE (model-spec §4.6): softmax router with renormalised top-k, and the routed SwiGLU experts
+// as expert-indexed matvecs (each (token, slot) pair reads its expert's rows once): gate and up,
+// SwiGLU, down, then the weighted sum over the k slots in slot order.
+#include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+namespace regolith::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+
+// One thread per token: top k by logit (softmax is monotone), equal logits to the lower id.
+__global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int64_t k, int32_t* ids, float* weights) {
+  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const float* l = logits + t * E;
+  float mxf = l[0];
+  for (int64_t e = 1; e < E; ++e) mxf = fmaxf(mxf, l[e]);
+  const double mx = mxf;
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += exp(static_cast<double>(l[e]) - mx);
+  float prev_l = INFINITY;
+  int64_t prev_e = -1;
+  double top = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      bool after_prev = l[e] < prev_l || (l[e] == prev_l && e > prev_e);
+      if (after_prev && (best < 0 || l[e] > l[best])) best = e;
+    }
+    ids[t * k + j] = static_cast<int32_t>(best);
+    top += exp(static_cast<double>(l[best]) - mx) / sum;
+    prev_l = l[best];
+    prev_e = best;
+  }
+  for (int64_t j = 0; j < k; ++j)
+    weights[t * k + j] = static_cast<float>(exp(static_cast<double>(l[ids[t * k + j]]) - mx) / sum / top);
+}
+
+// out[pair][n] = W_e[n]·x, pair = t·k + j, e = ids[pair]; x is per token (x_per_pair false) or
+// per pair. Grid (pairs, row blocks).
+template <typename D>
+__global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
+                                     int64_t E, const int32_t* ids, int64_t k, const float* __restrict__ x,
+                                     bool x_per_pair, float* __restrict__ out) {
+  const int64_t pair = blockIdx.x, n = static_cast<int64_t>(blockIdx.y) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const int64_t e = ids[pair];
+  if (e < 0 || e >= E) {
+    if (lane == 0) out[pair * N + n] = 0.0f;
+    return;
+  }
+  const uint8_t* row = W + (e * N + n) * row_bytes;
+  const float* xr = x + (x_per_pair ? pair : pair / k) * K;
+  float acc = 0.0f;
+  for (int64_t c = lane; c < (K + 31) / 32; c += 32) {
+    float w[32];
+    D::chunk(row, c, K, w);
+    int valid = static_cast<int>(K - c * 32 < 32 ? K - c * 32 : 32);
+    for (int jj = 0; jj < valid; ++jj) acc += w[jj] * xr[c * 32 + jj];
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) out[pair * N + n] = acc;
+}
+
+__global__ void moe_combine_kernel(const float* down, const float* weights, int64_t H, int64_t k, int64_t T, float* y) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= H * T) return;
+  int64_t d = i % H, t = i / H;
+  double acc = 0;
+  for (int64_t j = 0; j < k; ++j) acc += static_cast<double>(weights[t * k + j]) * down[(t * k + j) * H + d];
+  y[i] = static_cast<float>(acc);
+}
+
+void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* ids, int64_t k, int64_t pairs,
+                   const float* x, bool x_per_pair, float* out, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>(pairs), blocks_for(N, kWarps));
+  bool ok = dispatch_weight_type(w.type, [&](auto dq) {
+    expert_matvec_kernel<decltype(dq)><<<grid, 32 * kWarps, 0, stream>>>(w.data, w.row_bytes, w.K, N, E, ids, k, x,
+                                                                         x_per_pair, out);
+  });
+  if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
+  check_launch("expert_matvec_kernel");
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) {
+  int64_t E = logits.ne(0), T = logits.ne(1);
+  if (k <= 0 || k > E) fail("moe_route: top ", k, " of ", E, " experts");
+  expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
+  expect_shape(weights, {k, T, 1, 1}, "moe_route", "weights");
+  if (T == 0) return;
+  moe_route_kernel<<<blocks_for(T, 64), 64, 0, stream_>>>(logits.f32(), E, T, k, ids.i32(), weights.f32());
+  check_launch("moe_route_kernel");
+}
+
+void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
+  const Weight &wg = *a.gate_exps, &wu = *a.up_exps, &wd = *a.down_exps;
+  int64_t H = wg.ne[0], F = wg.ne[1], E = wg.ne[2], T = a.x->ne(1), k = a.ids->ne(0);
+  if (wu.ne != wg.ne || wd.ne[0] != F || wd.ne[1] != H || wd.ne[2] != E)
+    fail("moe_experts: ", wg.name, ", ", wu.name, ", ", wd.name, " do not fit together");
+  expect_shape(*a.x, {H, T, 1, 1}, "moe_experts", "x");
+  expect_shape(*a.ids, {k, T, 1, 1}, "moe_experts", "ids");
+  expect_shape(*a.weights, {k, T, 1, 1}, "moe_experts", "weights");
+  expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
+  int64_t pairs = k * T;
+  if (pairs == 0) return;
+  Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
+  const int32_t* ids = a.ids->i32();
+  expert_matvec(matrix(wg), F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
+  expert_matvec(matrix(wu), F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
+  swiglu(g, u, h);
+  expert_matvec(matrix(wd), H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
+  moe_combine_kernel<<<blocks_for(H * T, 256), 256, 0, stream_>>>(dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
+  check_launch("moe_combine_kernel");
+}
+
+}  // namespace regolith::cuda

@@ -1,0 +1,262 @@
+// CUDA QSA (model-spec §4.5): q/gate split, pooled block keys, block selection, gated attention.
+// Selection must choose exactly the blocks the reference chooses (backend/qsa_topk.h): scores are
+// computed in FP64 in the reference's order, so equal inputs give bit-equal scores, and the top k
+// are found by an exact radix select on the scores' bits with equal scores going to the lower
+// block index.
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.cuh"
+
+namespace regolith::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t r = i / hd, c = i % hd;
+  q[i] = qg[r * 2 * hd + c];
+  gate[i] = qg[r * 2 * hd + hd + c];
+}
+
+// One block per pooled block: mean of its raw keys, RMSNorm, RoPE at the block's first position.
+__global__ void qsa_pool_kernel(const float* raw, const float* w, const float* inv_freq, int64_t d, int64_t ratio,
+                                int64_t block_begin, int64_t half, float eps, float* pooled) {
+  extern __shared__ float mean[];
+  int64_t b = block_begin + blockIdx.x;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    double s = 0;
+    for (int64_t j = 0; j < ratio; ++j) s += raw[(b * ratio + j) * d + i];
+    float m = static_cast<float>(s / ratio);
+    mean[i] = m;
+    ss += static_cast<double>(m) * m;
+  }
+  ss = block_sum(ss);  // also orders the mean[] writes before the reads below
+  double r = 1.0 / sqrt(ss / d + static_cast<double>(eps));
+  float* out = pooled + b * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] = static_cast<float>(mean[i] * r * w[i]);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) rope_pair(out, i, half, inv_freq[i], b * ratio);
+}
+
+// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d), FP64 in the reference's summation order.
+__global__ void qsa_score_kernel(const float* iq, const float* pooled, const int64_t* positions, int64_t d, int64_t nh,
+                                 int64_t ratio, int64_t nb_max, double* scores) {
+  int64_t b = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x, t = blockIdx.x;
+  int64_t nb = (positions[t] + 1) / ratio;
+  if (b >= nb) return;
+  const float* kb = pooled + b * d;
+  double s = 0;
+  for (int64_t h = 0; h < nh; ++h) {
+    const float* q = iq + (t * nh + h) * d;
+    double dot = 0;
+    for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * kb[i];
+    s += 0.0 < dot ? dot : 0.0;
+  }
+  scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
+}
+
+// Orders doubles as unsigned integers: a larger score gives a larger key.
+__device__ __forceinline__ uint64_t score_key(double s) {
+  uint64_t u = static_cast<uint64_t>(__double_as_longlong(s));
+  return (u >> 63) ? ~u : (u | (1ull << 63));
+}
+
+// One block per query row: the top k blocks (ties to the lower index), ascending, then the tail.
+__global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scores, const int64_t* positions,
+                                                              int64_t ratio, int64_t top_blocks, int64_t nb_max,
+                                                              int64_t max_sel, int32_t* sel, int32_t* n_sel) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ unsigned hist[256];
+  __shared__ uint64_t s_prefix;
+  __shared__ int64_t s_remaining;
+  const int64_t t = blockIdx.x, p = positions[t], nb = (p + 1) / ratio, k = min(top_blocks, nb);
+  const double* sc = scores + t * nb_max;
+  int32_t* out = sel + t * max_sel;
+  const int tid = threadIdx.x;
+
+  // Radix select, 8 bits a pass from the top: tau = the k-th largest key, and how many of the
+  // blocks whose key equals tau are still to be taken.
+  if (tid == 0) {
+    s_prefix = 0;
+    s_remaining = k;
+  }
+  __syncthreads();
+  const bool take_all = k >= nb;
+  if (!take_all && k > 0) {
+    uint64_t mask = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
+      __syncthreads();
+      const uint64_t prefix = s_prefix;
+      for (int64_t b = tid; b < nb; b += kThreads) {
+        uint64_t key = score_key(sc[b]);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        int64_t cum = 0;
+        for (int digit = 255; digit >= 0; --digit) {
+          if (cum + hist[digit] >= s_remaining) {
+            s_prefix |= static_cast<uint64_t>(digit) << shift;
+            s_remaining -= cum;
+            break;
+          }
+          cum += hist[digit];
+        }
+      }
+      mask |= 0xFFull << shift;
+      __syncthreads();
+    }
+  }
+  const uint64_t tau = s_prefix;
+  const int64_t need_eq = s_remaining;
+
+  // Blocks in index order: every key above tau, and the first need_eq keys equal to it.
+  int64_t taken = 0, eq_seen = 0;
+  for (int64_t base = 0; base < nb && k > 0; base += kThreads) {
+    const int64_t b = base + tid;
+    const bool valid = b < nb;
+    const uint64_t key = valid ? score_key(sc[b]) : 0;
+    const int gt = valid && (take_all || key > tau), eq = valid && !take_all && key == tau;
+    int eq_before, eq_total;
+    Scan(scan_storage).ExclusiveSum(eq, eq_before, eq_total);
+    __syncthreads();
+    const int chosen = gt || (eq && eq_seen + eq_before < need_eq);
+    int chosen_before, chosen_total;
+    Scan(scan_storage).ExclusiveSum(chosen, chosen_before, chosen_total);
+    __syncthreads();
+    if (chosen)
+      for (int64_t i = 0; i < ratio; ++i) out[(taken + chosen_before) * ratio + i] = static_cast<int32_t>(b * ratio + i);
+    taken += chosen_total;
+    eq_seen += eq_total;
+  }
+  const int64_t n_tail = p + 1 - nb * ratio, n_total = k * ratio + n_tail;
+  for (int64_t i = tid; i < n_tail; i += kThreads) out[k * ratio + i] = static_cast<int32_t>(nb * ratio + i);
+  for (int64_t i = n_total + tid; i < max_sel; i += kThreads) out[i] = -1;
+  if (tid == 0) n_sel[t] = static_cast<int32_t>(n_total);
+}
+
+// One block per (token, head). Selected positions outside the cache are skipped (qsa_select never
+// produces them).
+__global__ void qsa_attend_kernel(const float* q, const float* gate, const float* kc, const float* vc,
+                                  const int32_t* sel, const int32_t* n_sel, int64_t hd, int64_t nh, int64_t nkv,
+                                  int64_t cap, int64_t max_sel, float scale, float* out) {
+  extern __shared__ float p[];  // [max_sel] scores, then probabilities
+  const int64_t t = blockIdx.x, h = blockIdx.y, g = h / (nh / nkv);
+  const int64_t n = n_sel[t];
+  const int32_t* s = sel + t * max_sel;
+  const float* qh = q + (t * nh + h) * hd;
+  float local_max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float v = -INFINITY;
+    if (s[j] >= 0 && s[j] < cap) {
+      const float* kr = kc + (s[j] * nkv + g) * hd;
+      float dot = 0;
+      for (int64_t i = 0; i < hd; ++i) dot += qh[i] * kr[i];
+      v = dot * scale;
+    }
+    p[j] = v;
+    local_max = fmaxf(local_max, v);
+  }
+  const float mx = block_max(local_max);
+  float local_sum = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - mx);
+    p[j] = e;
+    local_sum += e;
+  }
+  const float sum = block_sum(local_sum);  // also orders the p[] writes before the reads below
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    float o = 0;
+    for (int64_t j = 0; j < n; ++j)
+      if (p[j] != 0.0f) o += p[j] * vc[(s[j] * nkv + g) * hd + i];
+    out[(t * nh + h) * hd + i] = static_cast<float>(static_cast<double>(o / sum) * sigmoid_d(gate[(t * nh + h) * hd + i]));
+  }
+}
+
+}  // namespace
+
+void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
+  int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
+  expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
+  expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
+  int64_t n = hd * nh * T;
+  if (n == 0) return;
+  split_q_gate_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(qg.f32(), q.f32(), gate.f32(), hd, n);
+  check_launch("split_q_gate_kernel");
+}
+
+void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
+  int64_t d = a.raw_keys->ne(0);
+  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
+  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
+    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
+  int64_t n = a.block_end - a.block_begin;
+  if (n <= 0) return;
+  std::vector<float> inv = a.n_rot > 0 ? rope_inv_freq(a.n_rot, a.theta) : std::vector<float>{0.0f};
+  Tensor freq = upload_scratch(std::span<const float>(inv));
+  int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
+  qsa_pool_kernel<<<static_cast<unsigned>(n), threads, d * sizeof(float), stream_>>>(
+      a.raw_keys->f32(), values(*a.k_norm), freq.f32(), d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
+  check_launch("qsa_pool_kernel");
+}
+
+void CudaBackend::qsa_select(const QsaSelectArgs& a) {
+  int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
+  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
+  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
+  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
+  int64_t nb_max = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
+    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
+    int64_t count = std::min(a.top_blocks, nb) * a.ratio + (p + 1 - nb * a.ratio);
+    if (count > max_sel) fail("qsa_select: ", count, " selected positions exceed the ", max_sel, " slots");
+    nb_max = std::max(nb_max, nb);
+  }
+  if (T == 0) return;
+  Tensor pos = upload_scratch(a.positions);
+  Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
+  const int64_t* pos_d = reinterpret_cast<const int64_t*>(pos.f32());
+  double* scores_d = reinterpret_cast<double*>(scores.f32());
+  if (nb_max > 0) {
+    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, 128));
+    qsa_score_kernel<<<grid, 128, 0, stream_>>>(a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
+    check_launch("qsa_score_kernel");
+  }
+  qsa_choose_kernel<<<static_cast<unsigned>(T), kThreads, 0, stream_>>>(scores_d, pos_d, a.ratio, a.top_blocks, nb_max,
+                                                                        max_sel, a.sel->i32(), a.n_sel->i32());
+  check_launch("qsa_choose_kernel");
+}
+
+void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
+  int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
+  int64_t max_sel = a.sel->ne(0);
+  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
+  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
+  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
+  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
+  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
+  if (nh * T == 0) return;
+  size_t smem = static_cast<size_t>(std::max<int64_t>(max_sel, 1)) * sizeof(float);
+  if (smem > 48 * 1024)
+    check(cudaFuncSetAttribute(qsa_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "qsa_attend_kernel shared memory");
+  dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nh));
+  qsa_attend_kernel<<<grid, 128, smem, stream_>>>(a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(),
+                                                  a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale,
+                                                  a.out->f32());
+  check_launch("qsa_attend_kernel");
+}
+
+}  // namespace regolith::cuda

@@ -1,0 +1,294 @@
+// Weight decoding on the device: every weight type the kernels read in place, as 32-value chunks
+// of a row (chunk c holds values 32c .. 32c+31). Layouts are ggml's (src/quant/blocks.h, decoded
+// as in src/quant/legacy.cpp, kquants.cpp, iq4.cpp); F32/F16/BF16 rows may end in a partial chunk,
+// whose missing values read as 0. Types without a decoder here are dequantized once on the host
+// at upload and read as F32 (CudaBackend::matrix).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/ggml_type.h"
+#include "quant/blocks.h"
+
+namespace regolith::cuda {
+
+__device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+// ggml's IQ4_NL grid (ggml-common.h kvalues_iq4nl), the same data as src/quant/iq_grids.cpp.
+static __device__ __constant__ const int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+template <GgmlType kType>
+struct Dq;
+
+template <>
+struct Dq<GgmlType::F32> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t K, float* y) {
+    const float* p = reinterpret_cast<const float*>(row) + c * 32;
+    int64_t n = K - c * 32;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = j < n ? p[j] : 0.0f;
+  }
+};
+
+template <>
+struct Dq<GgmlType::F16> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t K, float* y) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + c * 32;
+    int64_t n = K - c * 32;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = j < n ? f16(p[j]) : 0.0f;
+  }
+};
+
+template <>
+struct Dq<GgmlType::BF16> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t K, float* y) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + c * 32;
+    int64_t n = K - c * 32;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = j < n ? bf16(p[j]) : 0.0f;
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q8_0> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ8_0*>(row)[c];
+    const float d = f16(b.d);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = b.qs[j] * d;
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q4_0> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ4_0*>(row)[c];
+    const float d = f16(b.d);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = ((b.qs[j] & 0x0F) - 8) * d;
+      y[j + 16] = ((b.qs[j] >> 4) - 8) * d;
+    }
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q4_1> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ4_1*>(row)[c];
+    const float d = f16(b.d), m = f16(b.m);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = (b.qs[j] & 0x0F) * d + m;
+      y[j + 16] = (b.qs[j] >> 4) * d + m;
+    }
+  }
+};
+
+__device__ __forceinline__ uint32_t load_u32_unaligned(const uint8_t* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+template <>
+struct Dq<GgmlType::Q5_0> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ5_0*>(row)[c];
+    const float d = f16(b.d);
+    const uint32_t qh = load_u32_unaligned(b.qh);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = (((b.qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16) * d;
+      y[j + 16] = (((b.qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16) * d;
+    }
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q5_1> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ5_1*>(row)[c];
+    const float d = f16(b.d), m = f16(b.m);
+    const uint32_t qh = load_u32_unaligned(b.qh);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = ((b.qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) * d + m;
+      y[j + 16] = ((b.qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) * d + m;
+    }
+  }
+};
+
+// Q2_0: 64-value blocks, value j in bits 2(j%4) of byte j/4; chunk c is half of block c/2.
+template <>
+struct Dq<GgmlType::Q2_0> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ2_0*>(row)[c / 2];
+    const float d = f16(b.d);
+    const uint8_t* q = b.qs + (c % 2) * 8;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = (((q[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ4_NL> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockIq4Nl*>(row)[c];
+    const float d = f16(b.d);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kIq4Nl[b.qs[j] & 0xf];
+      y[j + 16] = d * kIq4Nl[b.qs[j] >> 4];
+    }
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ4_XS> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockIq4Xs*>(row)[c / 8];
+    const int ib = static_cast<int>(c % 8);
+    const int ls = ((b.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b.scales_h >> 2 * ib) & 3) << 4);
+    const float dl = f16(b.d) * (ls - 32);
+    const uint8_t* qs = b.qs + ib * 16;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * kIq4Nl[qs[j] & 0xf];
+      y[j + 16] = dl * kIq4Nl[qs[j] >> 4];
+    }
+  }
+};
+
+// Q4_K/Q5_K sub-block j's 6-bit scale and min (quant/formats.h k4_scale_min).
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* s, int& scale, int& min) {
+  if (j < 4) {
+    scale = s[j] & 63;
+    min = s[j + 4] & 63;
+  } else {
+    scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+template <>
+struct Dq<GgmlType::Q4_K> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ4_K*>(row)[c / 8];
+    const int j = static_cast<int>(c % 8);
+    int sc, m;
+    k4_scale_min(j, b.scales, sc, m);
+    const float d1 = f16(b.d) * sc, m1 = f16(b.dmin) * m;
+    const uint8_t* q = b.qs + (j / 2) * 32;
+    const int shift = (j % 2) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) y[l] = d1 * ((q[l] >> shift) & 0xF) - m1;
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q5_K> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ5_K*>(row)[c / 8];
+    const int j = static_cast<int>(c % 8);
+    int sc, m;
+    k4_scale_min(j, b.scales, sc, m);
+    const float d1 = f16(b.d) * sc, m1 = f16(b.dmin) * m;
+    const uint8_t* q = b.qs + (j / 2) * 32;
+    const int shift = (j % 2) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) y[l] = d1 * (((q[l] >> shift) & 0xF) + (((b.qh[l] >> j) & 1) << 4)) - m1;
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q6_K> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ6_K*>(row)[c / 8];
+    const int half = static_cast<int>(c % 8) / 4, r = static_cast<int>(c % 4);
+    const uint8_t* ql = b.ql + half * 64 + (r % 2) * 32;
+    const uint8_t* qh = b.qh + half * 32;
+    const int8_t* sc = b.scales + half * 8 + 2 * r;
+    const int lo_shift = (r / 2) * 4, hi_shift = 2 * r;
+    const float d = f16(b.d);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int q = (((ql[l] >> lo_shift) & 0xF) | (((qh[l] >> hi_shift) & 3) << 4)) - 32;
+      y[l] = d * sc[l / 16] * q;
+    }
+  }
+};
+
+// Q2_K: chunk c of a 256-block: half c/4 (32 code bytes), shift 2(c%4), scales 2 per chunk.
+template <>
+struct Dq<GgmlType::Q2_K> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ2_K*>(row)[c / 8];
+    const int half = static_cast<int>(c % 8) / 4, s = static_cast<int>(c % 4);
+    const uint8_t* q = b.qs + half * 32;
+    const float d = f16(b.d), min = f16(b.dmin);
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      const uint8_t sc = b.scales[half * 8 + s * 2 + part];
+      const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+#pragma unroll
+      for (int l = 0; l < 16; ++l) y[16 * part + l] = dl * ((q[l + 16 * part] >> (2 * s)) & 3) - ml;
+    }
+  }
+};
+
+template <>
+struct Dq<GgmlType::Q3_K> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    const auto& b = reinterpret_cast<const quant::BlockQ3_K*>(row)[c / 8];
+    const int half = static_cast<int>(c % 8) / 4, s = static_cast<int>(c % 4);
+    const uint8_t* q = b.qs + half * 32;
+    const uint8_t m = static_cast<uint8_t>(1u << (half * 4 + s));
+    const float d_all = f16(b.d);
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      const int j = half * 8 + s * 2 + part;  // scale code j (quant::q3k_scale_codes)
+      const int low = j < 8 ? b.scales[j] & 0xF : b.scales[j - 8] >> 4;
+      const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      const float dl = d_all * ((low | (high << 4)) - 32);
+#pragma unroll
+      for (int l = 0; l < 16; ++l) {
+        const int k = l + 16 * part;
+        y[k] = dl * (((q[k] >> (2 * s)) & 3) - ((b.hmask[k] & m) ? 0 : 4));
+      }
+    }
+  }
+};
+
+// Calls fn(Dq<type>{}) for a type with a device decoder; returns false for any other type.
+template <typename Fn>
+bool dispatch_weight_type(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::F32: fn(Dq<GgmlType::F32>{}); return true;
+    case GgmlType::F16: fn(Dq<GgmlType::F16>{}); return true;
+    case GgmlType::BF16: fn(Dq<GgmlType::BF16>{}); return true;
+    case GgmlType::Q8_0: fn(Dq<GgmlType::Q8_0>{}); return true;
+    case GgmlType::Q4_0: fn(Dq<GgmlType::Q4_0>{}); return true;
+    case GgmlType::Q4_1: fn(Dq<GgmlType::Q4_1>{}); return true;
+    case GgmlType::Q5_0: fn(Dq<GgmlType::Q5_0>{}); return true;
+    case GgmlType::Q5_1: fn(Dq<GgmlType::Q5_1>{}); return true;
+    case GgmlType::Q2_0: fn(Dq<GgmlType::Q2_0>{}); return true;
+    case GgmlType::IQ4_NL: fn(Dq<GgmlType::IQ4_NL>{}); return true;
+    case GgmlType::IQ4_XS: fn(Dq<GgmlType::IQ4_XS>{}); return true;
+    case GgmlType::Q2_K: fn(Dq<GgmlType::Q2_K>{}); return true;
+    case GgmlType::Q3_K: fn(Dq<GgmlType::Q3_K>{}); return true;
+    case GgmlType::Q4_K: fn(Dq<GgmlType::Q4_K>{}); return true;
+    case GgmlType::Q5_K: fn(Dq<GgmlType::Q5_K>{}); return true;
+    case GgmlType::Q6_K: fn(Dq<GgmlType::Q6_K>{}); return true;
+    default: return false;
+  }
+}
+
+inline bool has_device_decoder(GgmlType type) {
+  return dispatch_weight_type(type, [](auto) {});
+}
+
+}  // namespace regolith::cuda

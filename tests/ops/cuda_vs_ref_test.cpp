@@ -1,0 +1,181 @@
+// The CUDA backend against the reference backend on the sizes its kernels special-case: matvec
+// (1..8 tokens) versus tiled GEMM (more), every weight type with a device decoder plus types read
+// through the host-dequantized fallback, rows ending in a partial 32-value chunk, QSA selection
+// over several scan chunks with many exactly tied scores (the chosen blocks must be identical),
+// GDN with value heads that do not fill a warp, MoE over many tokens. Skips without a device.
+#include <cmath>
+#include <cstdio>
+
+#include "op_test_util.h"
+
+namespace regolith::test {
+namespace {
+
+class CudaVsRef : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    cuda = backend_or_skip_reason("cuda", reason);
+    if (!cuda) GTEST_SKIP() << reason;
+    ref = make_backend("ref");
+  }
+  std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+  std::unique_ptr<Backend> cuda, ref;
+};
+
+// Prints the worst error relative to max(1, max|ref|) (the figure expect_close bounds), then checks it.
+void report_close(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
+  double scale = 1, worst = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  std::printf("[cuda-vs-ref] %-28s max rel err %.3e (tol %.1e)\n", what.c_str(), worst / scale, tol);
+  expect_close(got, want, tol, what);
+}
+
+// FP32 accumulation over K terms against FP64: error grows like sqrt(K) float roundings.
+double matmul_tolerance(int64_t K) { return 4e-7 * std::sqrt(static_cast<double>(K)); }
+
+TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
+  int64_t K = 512, N = 67;
+  std::vector<GgmlType> types{GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0, GgmlType::Q4_0,
+                              GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q2_0, GgmlType::IQ4_NL,
+                              GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                              GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ2_XXS};
+  for (GgmlType type : types) {
+    if (!can_quantize(type)) continue;
+    auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 3, 0.2f));
+    for (int64_t T : {1, 2, 3, 5, 8, 9, 70}) {
+      auto x = random_values(K * T, 100 + T);
+      Tensor oc = cuda->alloc_f32(N, T), orf = ref->alloc_f32(N, T);
+      cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
+      ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
+      report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
+                   std::string(type_name(type)) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+TEST_F(CudaVsRef, MulMatPartialChunk) {
+  for (int64_t K : {7, 100, 1000}) {
+    int64_t N = 33;
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+      auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 5, 0.3f));
+      for (int64_t T : {1, 4, 65}) {
+        auto x = random_values(K * T, 7 + T);
+        Tensor oc = cuda->alloc_f32(N, T), orf = ref->alloc_f32(N, T);
+        cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
+        ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
+        report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
+                     std::string(type_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T));
+      }
+    }
+  }
+}
+
+// Pooled keys written directly: 300 blocks (two scan chunks of the selection kernel), a third of
+// them zero (score exactly 0 after the relu) and pairs of equal rows (equal positive scores).
+TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
+  int64_t d = 16, nh = 3, ratio = 4, nb = 300;
+  auto pooled_v = random_values(d * nb, 70);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % 3 == 1) std::fill(pooled_v.begin() + b * d, pooled_v.begin() + (b + 1) * d, 0.0f);
+    if (b % 7 == 5) std::copy(pooled_v.begin() + (b - 1) * d, pooled_v.begin() + b * d, pooled_v.begin() + b * d);
+  }
+  std::vector<int64_t> pos{0, 3, 9, 150, 700, 1023, 1199, 1201, 1202};
+  int64_t T = static_cast<int64_t>(pos.size());
+  for (int64_t top : {1, 5, 37, 200, 400}) {
+    int64_t max_sel = top * ratio + ratio - 1;
+    auto iq = random_values(d * nh * T, 71 + top);
+    std::vector<int32_t> got[2];
+    std::vector<int32_t> got_n[2];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor pooled = upload(*be, pooled_v, {d, nb, 1, 1}), tiq = upload(*be, iq, {d, nh, T, 1});
+      Tensor sel = be->alloc(DType::I32, {max_sel, T, 1, 1}), n_sel = be->alloc(DType::I32, {T, 1, 1, 1});
+      be->qsa_select({.iq = &tiq, .pooled = &pooled, .positions = pos, .ratio = ratio, .top_blocks = top, .sel = &sel,
+                      .n_sel = &n_sel});
+      got[i] = be->read_i32(sel);
+      got_n[i] = be->read_i32(n_sel);
+      ++i;
+    }
+    EXPECT_EQ(got_n[0], got_n[1]) << "top " << top;
+    EXPECT_EQ(got[0], got[1]) << "top " << top;
+  }
+}
+
+TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {
+  int64_t nk = 2, nv = 4, dk = 128, dv = 40, C = 2 * nk * dk + nv * dv;
+  for (int64_t T : {1, 33}) {
+    auto qkv = random_values(C * T, 80 + T);
+    std::vector<float> g(nv * T), beta(nv * T);
+    std::mt19937 rng(static_cast<uint32_t>(T));
+    std::uniform_real_distribution<float> u(0, 1);
+    for (auto& v : g) v = -u(rng);
+    for (auto& v : beta) v = u(rng);
+    auto s0 = random_values(dv * dk * nv, 81, 0.3f);
+    std::vector<float> out[2], state[2];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tq = upload(*be, qkv, {C, T, 1, 1}), tg = upload(*be, g, {nv, T, 1, 1}), tb = upload(*be, beta, {nv, T, 1, 1});
+      Tensor st = upload(*be, s0, {dv, dk, nv, 1}), o = be->alloc_f32(dv * nv, T);
+      be->gdn_scan({.qkv = &tq, .g = &tg, .beta = &tb, .state = &st, .out = &o, .n_k_heads = nk, .n_v_heads = nv,
+                    .dk = dk, .dv = dv});
+      out[i] = be->read_f32(o);
+      state[i] = be->read_f32(st);
+      ++i;
+    }
+    report_close(out[0], widen(out[1]), 2e-6, "gdn out T=" + std::to_string(T));
+    report_close(state[0], widen(state[1]), 2e-6, "gdn state T=" + std::to_string(T));
+  }
+}
+
+TEST_F(CudaVsRef, MoeManyTokensKQuants) {
+  int64_t E = 5, k = 2, H = 256, F = 256, T = 11;
+  auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 90, 0.1f));
+  auto wu = make_weight("up", GgmlType::Q6_K, {H, F, E, 1}, random_values(H * F * E, 91, 0.1f));
+  auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 92, 0.1f));
+  auto logits = random_values(E * T, 93, 2.0f);
+  logits[E + 2] = logits[E + 4] = 9.0f;  // a tie at the top of row 1
+  auto x = random_values(H * T, 94);
+  std::vector<float> out[2], wts[2];
+  std::vector<int32_t> ids_got[2];
+  int i = 0;
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
+    be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
+    Tensor tx = upload(*be, x, {H, T, 1, 1});
+    be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w,
+                     .out = &y});
+    ids_got[i] = be->read_i32(ids);
+    wts[i] = be->read_f32(w);
+    out[i] = be->read_f32(y);
+    ++i;
+  }
+  EXPECT_EQ(ids_got[0], ids_got[1]);
+  report_close(wts[0], widen(wts[1]), 1e-6, "moe_route weights");
+  report_close(out[0], widen(out[1]), matmul_tolerance(H + F), "moe_experts");
+}
+
+TEST_F(CudaVsRef, WideNormsAndHcRead) {
+  int64_t S = 4, H = 640, W = S * H, r = 16, T = 12;
+  auto R = random_values(W * T, 60, 2.0f);
+  auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 61));
+  auto down = make_weight("down", GgmlType::BF16, {W, r, 1, 1}, random_values(W * r, 62, 0.05f));
+  auto up = make_weight("up", GgmlType::F16, {r, W, 1, 1}, random_values(r * W, 63, 0.5f));
+  auto inject = make_weight("inject", GgmlType::F32, {W, S, 1, 1}, random_values(W * S, 64, 0.05f));
+  std::vector<float> x[2], iw[2];
+  int i = 0;
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    Tensor tR = upload(*be, R, {W, T, 1, 1}), tx = be->alloc_f32(H, T), tiw = be->alloc_f32(S, T);
+    be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
+                 .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
+    x[i] = be->read_f32(tx);
+    iw[i] = be->read_f32(tiw);
+    ++i;
+  }
+  report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_read x");
+  report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_read inject");
+}
+
+}  // namespace
+}  // namespace regolith::test
