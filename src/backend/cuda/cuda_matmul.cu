@@ -1,15 +1,14 @@
 // out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
 // Few tokens (decode): a warp per output row reads the row once and dots it with every token.
-// More tokens (prefill): 64×64 output tiles; 64 threads decode a 32-wide slice of the tile's rows
-// into shared memory per step while the block stages the matching tokens.
+// More tokens (prefill): 64×64 output tiles (cuda_gemm.cuh).
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
 
 namespace {
 
-constexpr int kMatvecMaxTokens = 8;
 constexpr int kMatvecWarps = 4;
 
 template <typename D, int TB>
@@ -50,55 +49,13 @@ __global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes,
   }
 }
 
-constexpr int kTile = 64;
-
 template <typename D>
-__global__ void __launch_bounds__(256) gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K,
-                                                   int64_t N, const float* __restrict__ x, int64_t T,
-                                                   float* __restrict__ out) {
-  __shared__ float Ws[32][kTile + 1];  // [k][row]
-  __shared__ float Xs[32][kTile + 1];  // [k][token]
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile, t0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  float acc[4][4] = {};
-  const int64_t n_chunks = (K + 31) / 32;
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    if (tid < kTile) {
-      float w[32];
-      if (n0 + tid < N) {
-        D::chunk(W + (n0 + tid) * row_bytes, c, K, w);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) w[j] = 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < 32; ++j) Ws[j][tid] = w[j];
-    }
-    for (int i = tid; i < 32 * kTile; i += 256) {
-      int tt = i / 32, kk = i % 32;
-      int64_t t = t0 + tt, k = c * 32 + kk;
-      Xs[kk][tt] = (t < T && k < K) ? x[t * K + k] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < 32; ++kk) {
-      float a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = Ws[kk][ty * 4 + i], b[i] = Xs[kk][tx * 4 + i];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      int64_t n = n0 + ty * 4 + i, t = t0 + tx * 4 + j;
-      if (n < N && t < T) out[t * N + n] = acc[i][j];
-    }
+__global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K,
+                                                            int64_t N, const float* __restrict__ x, int64_t T,
+                                                            float* __restrict__ out) {
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
+  gemm_tile<D>(W, row_bytes, K, N, static_cast<int64_t>(blockIdx.x) * kGemmTile, T - t0 < kGemmTile ? T - t0 : kGemmTile, x,
+               [=](int tt) { return t0 + tt; }, out, [=](int tt) { return t0 + tt; });
 }
 
 template <typename D>
@@ -117,8 +74,8 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
       matvec_kernel<D, 8><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
     check_launch("matvec_kernel");
   } else {
-    dim3 grid(blocks_for(N, kTile), blocks_for(T, kTile));
-    gemm_kernel<D><<<grid, 256, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, out);
+    dim3 grid(blocks_for(N, kGemmTile), blocks_for(T, kGemmTile));
+    gemm_kernel<D><<<grid, kGemmThreads, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, out);
     check_launch("gemm_kernel");
   }
 }

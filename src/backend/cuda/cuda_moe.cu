@@ -1,7 +1,13 @@
-// CUDA MoE (model-spec §4.6): softmax router with renormalised top-k, and the routed SwiGLU experts
-// as expert-indexed matvecs (each (token, slot) pair reads its expert's rows once): gate and up,
-// SwiGLU, down, then the weighted sum over the k slots in slot order.
+// CUDA MoE (model-spec §4.6): softmax router with renormalised top-k, and the routed SwiGLU experts:
+// gate and up, SwiGLU, down, then the weighted sum over the k slots in slot order. A few tokens:
+// expert-indexed matvecs, each (token, slot) pair reading its expert's rows once. More: the pairs
+// are grouped by expert on the host and each expert runs the prefill tile (cuda_gemm.cuh) over
+// its own pairs, so an expert's weights are read once per 64 of its tokens.
+#include <algorithm>
+#include <vector>
+
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -65,6 +71,28 @@ __global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row
   if (lane == 0) out[pair * N + n] = acc;
 }
 
+// Grid (row tiles, column tiles, E): expert e's pairs are list[offsets[e] .. offsets[e+1]).
+template <typename D>
+__global__ void __launch_bounds__(kGemmThreads)
+    expert_gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
+                       const int32_t* __restrict__ list, const int32_t* __restrict__ offsets, int64_t k,
+                       const float* __restrict__ x, bool x_per_pair, float* __restrict__ out) {
+  const int64_t e = blockIdx.z, begin = offsets[e], count = offsets[e + 1] - begin;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
+  if (c0 >= count) return;
+  const int32_t* pairs = list + begin + c0;
+  gemm_tile<D>(W + e * N * row_bytes, row_bytes, K, N, static_cast<int64_t>(blockIdx.x) * kGemmTile,
+               count - c0 < kGemmTile ? count - c0 : kGemmTile, x,
+               [=](int c) { return static_cast<int64_t>(x_per_pair ? pairs[c] : pairs[c] / k); }, out,
+               [=](int c) { return static_cast<int64_t>(pairs[c]); });
+}
+
+// The (token, slot) pairs grouped by expert, on the device.
+struct ExpertGroups {
+  Tensor list, offsets;
+  int64_t max_count = 0;
+};
+
 __global__ void moe_combine_kernel(const float* down, const float* weights, int64_t H, int64_t k, int64_t T, float* y) {
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= H * T) return;
@@ -83,6 +111,17 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
   check_launch("expert_matvec_kernel");
+}
+
+void expert_gemm(const DeviceMatrix& w, int64_t N, int64_t E, const ExpertGroups& groups, int64_t k, const float* x,
+                 bool x_per_pair, float* out, cudaStream_t stream) {
+  dim3 grid(blocks_for(N, kGemmTile), blocks_for(groups.max_count, kGemmTile), static_cast<unsigned>(E));
+  bool ok = dispatch_weight_type(w.type, [&](auto dq) {
+    expert_gemm_kernel<decltype(dq)><<<grid, kGemmThreads, 0, stream>>>(
+        w.data, w.row_bytes, w.K, N, groups.list.i32(), groups.offsets.i32(), k, x, x_per_pair, out);
+  });
+  if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
+  check_launch("expert_gemm_kernel");
 }
 
 }  // namespace
@@ -109,11 +148,33 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   int64_t pairs = k * T;
   if (pairs == 0) return;
   Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
-  const int32_t* ids = a.ids->i32();
-  expert_matvec(matrix(wg), F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
-  expert_matvec(matrix(wu), F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
-  swiglu(g, u, h);
-  expert_matvec(matrix(wd), H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
+  if (T <= kMatvecMaxTokens) {
+    const int32_t* ids = a.ids->i32();
+    expert_matvec(matrix(wg), F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
+    expert_matvec(matrix(wu), F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
+    swiglu(g, u, h);
+    expert_matvec(matrix(wd), H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
+  } else {
+    // Counting sort of the pairs by expert (the ids come back to the host: a sync per prefill MoE).
+    std::vector<int32_t> ids = read_i32(*a.ids), offsets(E + 1, 0), list(pairs);
+    for (int32_t e : ids) {
+      if (e < 0 || e >= E) fail("moe_experts: expert id ", e, " out of range");
+      ++offsets[e + 1];
+    }
+    ExpertGroups groups;
+    for (int64_t e = 0; e < E; ++e) {
+      groups.max_count = std::max<int64_t>(groups.max_count, offsets[e + 1]);
+      offsets[e + 1] += offsets[e];
+    }
+    std::vector<int32_t> fill(offsets.begin(), offsets.end() - 1);
+    for (int64_t p = 0; p < pairs; ++p) list[fill[ids[p]]++] = static_cast<int32_t>(p);
+    groups.list = upload_scratch(std::span<const int32_t>(list));
+    groups.offsets = upload_scratch(std::span<const int32_t>(offsets));
+    expert_gemm(matrix(wg), F, E, groups, k, a.x->f32(), false, g.f32(), stream_);
+    expert_gemm(matrix(wu), F, E, groups, k, a.x->f32(), false, u.f32(), stream_);
+    swiglu(g, u, h);
+    expert_gemm(matrix(wd), H, E, groups, k, h.f32(), true, dn.f32(), stream_);
+  }
   moe_combine_kernel<<<blocks_for(H * T, 256), 256, 0, stream_>>>(dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
   check_launch("moe_combine_kernel");
 }
