@@ -2,7 +2,7 @@
 //   ops     each op of ops.h at the tiny or medium geometry, one token count (bench_ops.cpp)
 //   decode  whole decode steps of a GGUF: ms/token, GB/s of the weight bytes a token reads, and
 //           that as a share of the measured copy bandwidth; also the prompt's prefill rate
-//   medium  writes the medium-geometry random GGUF that `decode` can run
+//   model   writes a random GGUF of the tiny or medium geometry for `decode`
 // Speed is accounted in bytes (style.md practice 8): a decode step reads every dense weight once,
 // k of E experts per MoE layer, one embedding row and the PLE rows.
 #include <CLI/CLI.hpp>
@@ -145,10 +145,11 @@ int main(int argc, char** argv) {
   c_dec->add_option("--n-ref", dec.n_decode_ref, "Decode steps timed (ref)")->capture_default_str();
   c_dec->add_option("--backends", dec_backends, "ref, cpu, cpu-avx2, cpu-scalar")->capture_default_str();
 
-  std::string med_out, med_type = "q8_0";
-  auto* c_med = app.add_subcommand("medium", "Write the medium-geometry random GGUF");
-  c_med->add_option("-o,--output", med_out, "Output GGUF")->required();
-  c_med->add_option("--type", med_type, "Weight type of the matrices")->capture_default_str();
+  std::string model_out, model_type = "q8_0", model_geometry = "medium";
+  auto* c_model = app.add_subcommand("model", "Write a random GGUF of the tiny or medium geometry");
+  c_model->add_option("-o,--output", model_out, "Output GGUF")->required();
+  c_model->add_option("--geometry", model_geometry, "tiny (= mkmodel --preset tiny) | medium")->capture_default_str();
+  c_model->add_option("--type", model_type, "Weight type of the matrices")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -159,14 +160,15 @@ int main(int argc, char** argv) {
     } else if (*c_dec) {
       dec.backends = split_list(dec_backends);
       bench_decode(dec);
-    } else if (*c_med) {
+    } else if (*c_model) {
       RandomModelOptions o;
-      o.hparams = medium_hparams();
-      o.default_type = parse_type(med_type);
-      o.ngram_vocab_size_base = 1000;
-      o.name = "regolith-bench-medium";
-      write_random_model(med_out, o);
-      std::printf("wrote %s\n", med_out.c_str());
+      o.hparams = model_geometry == "tiny" ? preset_hparams("tiny", 0) : medium_hparams();
+      if (model_geometry != "tiny") geometry(model_geometry);  // rejects unknown names
+      o.default_type = parse_type(model_type);
+      o.ngram_vocab_size_base = model_geometry == "tiny" ? 100 : 1000;
+      o.name = "regolith-bench-" + model_geometry;
+      write_random_model(model_out, o);
+      std::printf("wrote %s\n", model_out.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -122,22 +122,26 @@ void CpuBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, 
   expect_shape(out, x.ne(), "causal_conv", "out");
   std::vector<float> wbuf;
   const float* wv = weight_f32(k_, w, wbuf);  // [C][K]
-  // Taps transposed to [K][C] so that the channel loop runs over contiguous memory.
-  std::vector<float> taps(static_cast<size_t>(K * C));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t k = 0; k < K; ++k) taps[k * C + c] = wv[c * K + k];
   // Row j of the sequence [history | x], oldest first.
   auto seq = [&](int64_t j) { return j < L ? history.f32() + j * C : x.f32() + (j - L) * C; };
-  pool_.parallel_for(T, grain_for(T, C * K, pool_.size()), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* o = out.f32() + t * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = 0;
+  // Channel ranges over threads (decode has one token); within a range the taps are transposed
+  // to [K][range] so that the channel loop runs over contiguous memory.
+  constexpr int64_t kChannels = 256;
+  pool_.parallel_for(C, grain_for(C, K * T * 2, pool_.size(), 1 << 14) / kChannels * kChannels + kChannels,
+                     [&](int64_t c0, int64_t c1) {
+    int64_t nc = c1 - c0;
+    std::vector<float> taps(static_cast<size_t>(K * nc));
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t k = 0; k < K; ++k) taps[k * nc + c] = wv[(c0 + c) * K + k];
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = out.f32() + t * C + c0;
+      for (int64_t c = 0; c < nc; ++c) o[c] = 0;
       for (int64_t k = 0; k < K; ++k) {
-        const float* src = seq(L + t - (K - 1 - k) * dilation);
-        const float* tk = taps.data() + k * C;
-        for (int64_t c = 0; c < C; ++c) o[c] += tk[c] * src[c];
+        const float* src = seq(L + t - (K - 1 - k) * dilation) + c0;
+        const float* tk = taps.data() + k * nc;
+        for (int64_t c = 0; c < nc; ++c) o[c] += tk[c] * src[c];
       }
-      for (int64_t c = 0; c < C; ++c) o[c] = siluf(o[c]);
+      for (int64_t c = 0; c < nc; ++c) o[c] = siluf(o[c]);
     }
   });
   // The new history: the last L rows of [history | x].

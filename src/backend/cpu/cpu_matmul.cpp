@@ -10,8 +10,11 @@ namespace cpu {
 
 namespace {
 
-// Rows dequantized at once for types without a direct kernel.
-constexpr int64_t kDequantRows = 8;
+// Rows dequantized at once for types without a direct kernel, and for the direct types once this
+// many tokens share them: the kernels widen a row in registers for every block of tokens, so with
+// many tokens one widening into an FP32 buffer and the FP32 tiles are cheaper.
+constexpr int64_t kDequantRows = 16;
+constexpr int64_t kWidenOnceTokens = 8;
 
 }  // namespace
 
@@ -28,7 +31,7 @@ void mat_rows(const Kernels& k, const WeightRows& w, int64_t r0, int64_t r1, con
               float* out, int64_t ldo) {
   if (r1 <= r0 || T <= 0) return;
   WType wt;
-  if (direct_wtype(w.type, wt)) {
+  if (direct_wtype(w.type, wt) && (wt == WType::F32 || T < kWidenOnceTokens)) {
     k.mat[static_cast<int>(wt)](w.data + static_cast<uint64_t>(r0) * w.row_bytes, w.row_bytes, r1 - r0, w.K, x, ldx, T,
                                 out, ldo);
     return;

@@ -33,6 +33,9 @@ void CpuBackend::qsa_pool(const QsaPoolArgs& a) {
   std::vector<float> wbuf;
   const float* w = weight_f32(k_, *a.k_norm, wbuf);
   int64_t n_blocks = a.block_end - a.block_begin, half = a.n_rot / 2;
+  std::vector<float> inv_freq(half);  // as rope() computes it
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(a.theta, static_cast<float>(2 * i) / static_cast<float>(a.n_rot));
   pool_.parallel_for(n_blocks, grain_for(n_blocks, a.ratio * d, pool_.size()), [&](int64_t b0, int64_t b1) {
     std::vector<double> sum(d);
     for (int64_t b = a.block_begin + b0; b < a.block_begin + b1; ++b) {
@@ -48,8 +51,7 @@ void CpuBackend::qsa_pool(const QsaPoolArgs& a) {
       // RoPE at the block's first position, the angle as rope() computes it.
       int64_t pos = b * a.ratio;
       for (int64_t i = 0; i < half; ++i) {
-        float inv_freq = 1.0f / std::pow(a.theta, static_cast<float>(2 * i) / static_cast<float>(a.n_rot));
-        float ang = inv_freq * static_cast<float>(pos);
+        float ang = inv_freq[i] * static_cast<float>(pos);
         float c = static_cast<float>(std::cos(static_cast<double>(ang))), s = static_cast<float>(std::sin(static_cast<double>(ang)));
         float x1 = out[i], x2 = out[i + half];
         out[i] = x1 * c - x2 * s;
