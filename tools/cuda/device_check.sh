@@ -28,7 +28,11 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 t0=$(date +%s)
-if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1; then
+# The image's newer g++ no longer pulls <cstdint> and friends in transitively; some headers of the
+# project rely on that, so they are forced in here rather than failing the build on this machine.
+host_flags="-include cstdint -include cstring -include cstdio -include cstdlib"
+if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$host_flags" \
+    >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"
   exit 1
 fi
