@@ -13,5 +13,6 @@ void add_logits(CLI::App& app);
 void add_tokenize(CLI::App& app);  // also registers `detokenize`
 void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
+void add_bench(CLI::App& app);
 
 }  // namespace regolith::cli

@@ -96,9 +96,12 @@ class CudaBackend final : public Backend {
   template <typename T>
   Tensor upload_scratch(std::span<const T> v) {
     Tensor t = scratch_bytes(std::max<size_t>(v.size_bytes(), 4));
-    if (!v.empty()) check(cudaMemcpyAsync(t.f32(), v.data(), v.size_bytes(), cudaMemcpyHostToDevice, stream_), "upload");
+    upload_bytes(t.f32(), v.data(), v.size_bytes());
     return t;
   }
+  // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
+  // the host never waits for the stream to drain (pageable copies may).
+  void upload_bytes(void* dst, const void* src, size_t bytes);
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
 
@@ -113,6 +116,8 @@ class CudaBackend final : public Backend {
   std::map<WeightKey, DeviceMatrix> matrices_;
   std::map<WeightKey, const float*> vectors_;
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
+  uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
+  size_t staging_head_ = 0;
 };
 
 }  // namespace regolith::cuda

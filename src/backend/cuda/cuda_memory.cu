@@ -16,6 +16,8 @@ namespace cuda {
 
 namespace {
 
+constexpr size_t kStagingBytes = 16u << 20;
+
 // Size classes: 256-byte steps up to 64 KiB, then powers of two (caches grow by doubling).
 size_t size_class(size_t bytes) {
   bytes = std::max<size_t>(bytes, 256);
@@ -74,11 +76,13 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()) {
     fail("cuda backend: no CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (void* p : weight_buffers_) cudaFree(p);
+  cudaFreeHost(staging_);
   cudaStreamDestroy(stream_);
 }
 
@@ -94,10 +98,26 @@ Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero)
 
 Tensor CudaBackend::alloc(DType dtype, std::array<int64_t, 4> ne) { return alloc_raw(dtype, ne, true); }
 
+void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (bytes > kStagingBytes / 4) {
+    // From pageable memory the copy is staged before the call returns, so src may go right after.
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    return;
+  }
+  if (staging_head_ + bytes > kStagingBytes) {
+    check(cudaStreamSynchronize(stream_), "upload (a kernel before it failed)");  // every staged copy is done
+    staging_head_ = 0;
+  }
+  uint8_t* p = staging_ + staging_head_;
+  std::memcpy(p, src, bytes);
+  staging_head_ += (bytes + 255) & ~size_t{255};
+  check(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
 void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
   if (bytes > static_cast<size_t>(dst.n_elements()) * 4) fail("write: ", bytes, " bytes into ", dst.shape_string());
-  // From pageable memory the copy is staged before the call returns, so src may go right after.
-  check(cudaMemcpyAsync(dst.f32(), src, bytes, cudaMemcpyHostToDevice, stream_), "write");
+  upload_bytes(dst.f32(), src, bytes);
 }
 
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {

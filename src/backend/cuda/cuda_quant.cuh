@@ -102,8 +102,9 @@ struct Dq<GgmlType::Q5_0> {
     const uint32_t qh = load_u32_unaligned(b.qh);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      y[j] = (((b.qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16) * d;
-      y[j + 16] = (((b.qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16) * d;
+      // qh is unsigned: the code goes through int before the bias, or it would wrap.
+      y[j] = (static_cast<int>((b.qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16) * d;
+      y[j + 16] = (static_cast<int>((b.qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16) * d;
     }
   }
 };

@@ -1,0 +1,173 @@
+// `regolith bench`: prefill and decode speed of a GGUF on a backend, in the style of llama-bench.
+// For each context depth the session is filled once (untimed) and snapshotted; every repetition
+// restores the snapshot outside the timed window, then times a prefill of P tokens (logits of the
+// last token only) or N single-token decode steps. Tokens are random ids (tokenization and
+// sampling are not timed). Decode is also accounted in bytes: the weight bytes one token reads
+// (dense weights once, k of E experts, embedding and n-gram rows) times tokens/s, and that as a
+// share of the backend's measured device-to-device copy bandwidth (bytes read + written).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/token_list.h"
+#include "core/error.h"
+#include "runtime/session.h"
+
+namespace regolith::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model, prompts = "512", depths = "0", backend = "cuda";
+  int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
+  uint32_t seed = 1;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+uint64_t bytes_of(const Weight& w) { return w.present() ? w.row_bytes * w.n_rows() : 0; }
+
+// Weight bytes one decode token reads (the expert tensors at the routed share k/E).
+uint64_t decode_weight_bytes(const Qwen4ExpModel& m) {
+  const Qwen4ExpHparams& hp = m.hparams();
+  const Qwen4ExpWeights& w = m.weights();
+  auto hc = [](const HcWeights& h) { return bytes_of(h.norm) + bytes_of(h.down) + bytes_of(h.up) + bytes_of(h.inject); };
+  uint64_t b = w.token_embd.row_bytes + bytes_of(w.output) + hc(w.output_hc);
+  if (w.ple_table.present()) b += hp.ple_n_heads() * w.ple_table.row_bytes;
+  const double expert_share = static_cast<double>(hp.n_expert_used) / hp.n_expert;
+  for (const LayerWeights& L : w.layers) {
+    b += hc(L.hc_attn) + hc(L.hc_ffn);
+    if (L.recurrent)
+      for (const Weight* x : {&L.gdn.qkv, &L.gdn.gate, &L.gdn.alpha, &L.gdn.beta, &L.gdn.ssm_a, &L.gdn.dt_bias,
+                              &L.gdn.conv, &L.gdn.norm, &L.gdn.out})
+        b += bytes_of(*x);
+    else
+      for (const Weight* x : {&L.qsa.q, &L.qsa.k, &L.qsa.v, &L.qsa.out, &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.index_q,
+                              &L.qsa.index_k, &L.qsa.index_q_norm, &L.qsa.index_k_norm})
+        b += bytes_of(*x);
+    const MoeWeights& e = L.moe;
+    b += bytes_of(e.router) + bytes_of(e.shared_gate_inp) + bytes_of(e.shared_gate) + bytes_of(e.shared_up) +
+         bytes_of(e.shared_down);
+    b += static_cast<uint64_t>(expert_share * (bytes_of(e.gate_exps) + bytes_of(e.up_exps) + bytes_of(e.down_exps)));
+    if (L.has_ple)
+      for (const Weight* x : {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv})
+        b += bytes_of(*x);
+  }
+  return b;
+}
+
+// Median bytes/s of a 1 GiB device-to-device copy, counting bytes read plus bytes written.
+double copy_bandwidth(Backend& be) {
+  const int64_t n = int64_t{1} << 28;  // floats
+  Tensor a = be.alloc_f32(n), b = be.alloc_f32(n);
+  float probe = 0;
+  std::vector<double> rates;
+  for (int i = 0; i < 6; ++i) {
+    be.read(b, &probe, sizeof probe);  // drains the queue before the clock starts
+    auto t0 = Clock::now();
+    be.copy(a, 0, b, 0, n);
+    be.read(b, &probe, sizeof probe);
+    if (i > 0) rates.push_back(2.0 * 4 * n / seconds_since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+struct Stats {
+  double median = 0, stddev = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  double mean = 0, var = 0;
+  for (double x : v) mean += x / v.size();
+  for (double x : v) var += (x - mean) * (x - mean) / std::max<size_t>(1, v.size() - 1);
+  return {v[v.size() / 2], std::sqrt(var)};
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, std::mt19937& rng) {
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = static_cast<int32_t>(rng() % n_vocab);
+  return out;
+}
+
+void run_bench(const BenchArgs& a) {
+  std::vector<int32_t> prompts = parse_token_list(a.prompts), depths = parse_token_list(a.depths);
+  if (a.reps < 1) fail("-r must be at least 1");
+  auto t_load = Clock::now();
+  auto engine = Engine::open(a.model, a.backend);
+  Backend& be = engine->backend();
+  const int64_t V = engine->n_vocab();
+  std::mt19937 rng(a.seed);
+  {
+    Session warm(engine);  // uploads every weight a token touches (first use), outside all timings
+    warm.eval(random_tokens(2, V, rng), {.all_logits = false});
+  }
+  const double load_s = seconds_since(t_load);
+  const double token_bytes = static_cast<double>(decode_weight_bytes(engine->model()));
+  const double copy_bw = copy_bandwidth(be);
+  std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.c_str(), load_s);
+  std::printf("decode reads %.3f GB of weights per token; measured copy bandwidth %.0f GB/s\n\n", token_bytes / 1e9,
+              copy_bw / 1e9);
+  std::printf("| test | depth | t/s (median ± sd, %lld runs) | ms/token | decode GB/s | of copy bw |\n", (long long)a.reps);
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::fflush(stdout);
+  for (int32_t depth : depths) {
+    Session s(engine);
+    if (depth > 0) s.eval(random_tokens(depth, V, rng), {.chunk = a.fill_chunk, .all_logits = false});
+    SessionSnapshot at_depth = s.snapshot();
+    for (int32_t P : prompts) {
+      if (P <= 0) continue;
+      std::vector<double> rates;
+      std::vector<int32_t> tokens = random_tokens(P, V, rng);
+      for (int64_t r = 0; r < a.reps + 1; ++r) {  // the first run warms caches and scratch buffers
+        s.restore(at_depth);
+        auto t0 = Clock::now();
+        s.eval(tokens, {.chunk = 0, .all_logits = false});
+        if (r > 0) rates.push_back(P / seconds_since(t0));
+      }
+      Stats st = stats(rates);
+      std::printf("| pp%d | %d | %.1f ± %.1f | %.3f | | |\n", P, depth, st.median, st.stddev, 1e3 / st.median);
+      std::fflush(stdout);
+    }
+    if (a.n_gen > 0) {
+      std::vector<double> rates;
+      std::vector<int32_t> tokens = random_tokens(a.n_gen, V, rng);
+      for (int64_t r = 0; r < a.reps + 1; ++r) {
+        s.restore(at_depth);
+        auto t0 = Clock::now();
+        for (int32_t t : tokens) s.eval(std::span<const int32_t>(&t, 1), {.all_logits = false});
+        if (r > 0) rates.push_back(a.n_gen / seconds_since(t0));
+      }
+      Stats st = stats(rates);
+      double gbs = token_bytes * st.median / 1e9;
+      std::printf("| tg%lld | %d | %.1f ± %.1f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen, depth, st.median,
+                  st.stddev, 1e3 / st.median, gbs, 100.0 * gbs * 1e9 / copy_bw);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  static BenchArgs a;
+  auto* cmd = app.add_subcommand("bench", "Prefill and decode speed at context depths (llama-bench style)");
+  cmd->add_option("-m,--model", a.model, "Model GGUF")->required();
+  cmd->add_option("-p,--n-prompt", a.prompts, "Prefill lengths, comma-separated")->capture_default_str();
+  cmd->add_option("-n,--n-gen", a.n_gen, "Decode steps per run (0: none)")->capture_default_str();
+  cmd->add_option("-d,--depth", a.depths, "Context depths, comma-separated")->capture_default_str();
+  cmd->add_option("-r,--repetitions", a.reps, "Timed runs per test (median reported)")->capture_default_str();
+  cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
+  cmd->add_option("--fill-chunk", a.fill_chunk, "Tokens per forward call when filling the context to a depth")
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of the random token ids")->capture_default_str();
+  cmd->callback([] { run_bench(a); });
+}
+
+}  // namespace regolith::cli
