@@ -10,6 +10,7 @@ out=${OUT:-/tmp/regolith-cuda-out}
 build=${1:-/tmp/b}
 model=${2:-/tmp/flash-next-64e-q8_0.gguf}
 mkdir -p "$out"
+[ -d /tmp/deps/usr/lib/x86_64-linux-gnu ] && export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t0=$(date +%s)
 if [ ! -f "$model" ]; then
   timeout 150 "$build/regolith" mkmodel --preset flash-next --experts 64 --type q8_0 -o "$model" || exit 1
