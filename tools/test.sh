@@ -9,7 +9,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 ninja -C build -j "$jobs"
 ctest --test-dir build -L cpu -j "$jobs" --output-on-failure
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREGOLITH_SANITIZE=ON
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREGOLITH_SANITIZE=ON -DREGOLITH_CUDA=OFF
 ninja -C build-asan -j "$jobs" regolith_unit_tests regolith_fuzz_tests regolith
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -R '^(Gguf|Safetensors|FormatFuzz|PleHash|ModelLayout|Half|QuantRows|convert_)' -j "$jobs" --output-on-failure
