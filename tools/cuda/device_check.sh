@@ -2,7 +2,7 @@
 # On the GPU machine (the device tool's `run`): configure and build regolith with the CUDA backend,
 # run the tests labelled cuda (op parity against float64 and against ref, fixture parity against
 # transformers), and print a short table. Full logs go to $OUT (or /tmp/regolith-cuda-out).
-#   tools/cuda/device_check.sh [BUILD_DIR] [-- EXTRA_CTEST_ARGS...]
+#   tools/cuda/device_check.sh [BUILD_DIR] [-- EXTRA_CTEST_ARGS...]   (BUILD_ONLY=1: build regolith, no tests)
 # The GPU image lacks the PCRE2 and ICU development files the tokenizer needs: tools/cuda/fetch_deps.sh
 # puts Debian's packages in .deps/ (carry it); they are unpacked under /tmp/deps, never into /.
 set -uo pipefail
@@ -36,12 +36,15 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAG
   tail -30 "$out/configure.log"
   exit 1
 fi
-if ! ninja -C "$build" -j "$jobs" regolith regolith_ops_tests regolith_engine_tests >"$out/build.log" 2>&1; then
+targets="regolith regolith_ops_tests regolith_engine_tests"
+[ "${BUILD_ONLY:-0}" = 1 ] && targets=regolith
+if ! ninja -C "$build" -j "$jobs" $targets >"$out/build.log" 2>&1; then
   grep -E -A12 "error|FAILED" "$out/build.log" | head -80
   exit 1
 fi
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s"
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 shift || true
 [ "${1:-}" = "--" ] && shift
 ctest --test-dir "$build" -L cuda -j 8 -V "$@" >"$out/ctest.log" 2>&1
