@@ -40,7 +40,7 @@ struct Scheduler::TaskRun {
   GenerationTask task;
   int choices_left = 0;
   int forks_pending = 0;
-  bool failed = false;
+  bool failed = false, cancel_counted = false;
   RequestUsage usage;
   Clock::time_point admitted, prompt_done;
   std::shared_ptr<const SessionSnapshot> prompt_snapshot;  // for the forks
@@ -147,6 +147,7 @@ void Scheduler::loop() {
     update_gauges();
   }
   // Shutting down: whatever is still running or waiting ends with an error event.
+  take_incoming();
   for (auto& seq : active_) {
     if (seq->done) continue;
     if (seq->task) fail_sequence(*seq, "the server is shutting down");
@@ -187,7 +188,10 @@ void Scheduler::drop_cancelled() {
   auto gone = [](const std::shared_ptr<TaskRun>& t) { return t && (t->failed || t->request->cancelled->load()); };
   for (auto& seq : active_)
     if (!seq->done && gone(seq->task)) {
-      if (seq->phase != Sequence::Phase::commit) ++metrics_.requests_cancelled;
+      if (seq->phase != Sequence::Phase::commit && !seq->task->failed && !seq->task->cancel_counted) {
+        seq->task->cancel_counted = true;
+        ++metrics_.requests_cancelled;
+      }
       release(*seq);
     }
   std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
