@@ -74,7 +74,7 @@ void bench_decode(const DecodeOptions& o) {
   for (int i = 0; i < o.prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab);
   for (const std::string& name : o.backends) {
     auto be = make_bench_backend(name, o.n_threads);
-    int threads = name.rfind("cpu", 0) == 0 ? static_cast<CpuBackend&>(*be).n_threads() : 0;
+    std::string threads = name.rfind("cpu", 0) == 0 ? cat(static_cast<CpuBackend&>(*be).n_threads()) : "-";
     auto engine = std::make_shared<Engine>(model, std::move(be));
     Session s(engine);
     auto t0 = std::chrono::steady_clock::now();
@@ -95,7 +95,7 @@ void bench_decode(const DecodeOptions& o) {
     for (double v : step) sd += (v - mean) * (v - mean) / std::max(1, n - 1);
     sd = std::sqrt(sd);
     double gbs = bytes / mean / 1e9;
-    std::printf("%-10s %7d %7d %12.1f %9.2f ± %5.2f %9.2f %6.1f%%  %s\n", name.c_str(), threads, o.prompt,
+    std::printf("%-10s %7s %7d %12.1f %9.2f ± %5.2f %9.2f %6.1f%%  %s\n", name.c_str(), threads.c_str(), o.prompt,
                 o.prompt / prefill_s, mean * 1e3, sd * 1e3, gbs, 100 * gbs / copy_gbs, ids.c_str());
     std::fflush(stdout);
   }

@@ -60,7 +60,6 @@ class CpuBackend final : public Backend {
   void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) override;
 
  private:
-  friend struct CpuOps;
   const cpu::Kernels& k_;
   cpu::ThreadPool pool_;
 };

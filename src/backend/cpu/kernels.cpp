@@ -2,14 +2,28 @@
 // when the CPU can run it.
 #include "backend/cpu/kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "core/error.h"
 
 namespace regolith::cpu {
 
 #if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+// F16C straight from CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
+}  // namespace
+
 bool isa_supported(Isa isa) {
   __builtin_cpu_init();
-  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   switch (isa) {
     case Isa::avx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
