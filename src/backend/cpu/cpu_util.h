@@ -52,8 +52,8 @@ void row_to_f32(const Kernels& k, const WeightRows& w, int64_t r, float* out);
 // F32, else a copy in buf.
 const float* weight_f32(const Kernels& k, const Weight& w, std::vector<float>& buf);
 
-// Rows in one chunk of a parallel_for so that each chunk carries about `work` units when one row
-// costs `row_cost`; a whole range of little work stays one chunk (runs on the calling thread).
+// Items per parallel_for chunk (one item costs `row_cost`): at least `work` units per chunk and at
+// most four chunks per thread; a range of little work stays one chunk (the calling thread runs it).
 inline int64_t grain_for(int64_t n, int64_t row_cost, int64_t n_threads, int64_t work = 1 << 15) {
   if (n * row_cost < 2 * work || n_threads <= 1) return n;
   int64_t by_work = std::max<int64_t>(1, work / std::max<int64_t>(1, row_cost));
