@@ -29,6 +29,8 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--cache-ram", o.cache_ram_mib, "Prefix cache memory in MiB (0: off)")->capture_default_str();
   cmd->add_option("--cache-dir", o.cache_dir, "Keep the prefix cache across restarts in this directory");
+  cmd->add_option("--cache-save-every", o.cache_save_every_s, "Seconds between writes of --cache-dir while serving")
+      ->capture_default_str()->check(CLI::Range(1, 86400));
   cmd->add_option("--max-body", o.max_body_bytes, "Largest request body in bytes (more: 413)")->capture_default_str();
   cmd->add_option("--timeout", o.timeout_s, "Seconds to receive a whole request (408) and to write to a client")
       ->capture_default_str()->check(CLI::Range(1, 86400));

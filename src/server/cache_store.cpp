@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -151,7 +152,16 @@ void CacheStore::save(const std::vector<std::vector<int32_t>>& prefixes) const {
   for (const auto& tokens : prefixes) {
     std::string name = file_name(tokens);
     if (!keep.insert(name).second) continue;
-    write_atomically(fs::path(dir_) / name, encode(model_id_, tokens));
+    fs::path path = fs::path(dir_) / name;
+    if (fs::exists(path)) {  // written by an earlier save: rewritten only if it does not hold these tokens
+      std::ifstream in(path, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      try {
+        if (decode(bytes) == tokens) continue;
+      } catch (const Error&) {
+      }
+    }
+    write_atomically(path, encode(model_id_, tokens));
   }
   for (const auto& entry : fs::directory_iterator(dir_)) {
     std::string name = entry.path().filename().string();

@@ -31,7 +31,8 @@ class CacheStore {
   CacheStore(std::string dir, uint64_t model_id, int64_t n_vocab, int64_t n_ctx)
       : dir_(std::move(dir)), model_id_(model_id), n_vocab_(n_vocab), n_ctx_(n_ctx) {}
 
-  // Replaces the directory's cache files with these prefixes (older files of ours are removed).
+  // Makes the directory's cache files these prefixes: new ones written, files of ours for other
+  // prefixes removed, valid files for these prefixes left as they are.
   void save(const std::vector<std::vector<int32_t>>& prefixes) const;
   // The prefixes of every valid file; each rejected file adds a line to `warnings`.
   std::vector<std::vector<int32_t>> load(std::vector<std::string>& warnings) const;

@@ -90,7 +90,20 @@ Scheduler::Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer,
 
 Scheduler::~Scheduler() { stop(); }
 
-void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+void Scheduler::start() {
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+std::vector<std::vector<int32_t>> Scheduler::persistent_cache_keys() {
+  std::unique_lock lock(mutex_);
+  if (!running_) return cache_.persistent_keys();
+  export_requested_ = true;
+  wake_.notify_one();
+  exported_.wait(lock, [&] { return !export_requested_ || !running_; });
+  if (!running_) return cache_.persistent_keys();
+  return std::move(exported_keys_);
+}
 
 Scheduler::Admission Scheduler::submit(Submission submission) {
   {
@@ -129,9 +142,14 @@ void Scheduler::loop() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] {
-        return stopping_ || !incoming_.empty() || !warm_incoming_.empty() || !active_.empty() || !pending_.empty() ||
-               !warm_pending_.empty();
+        return stopping_ || export_requested_ || !incoming_.empty() || !warm_incoming_.empty() || !active_.empty() ||
+               !pending_.empty() || !warm_pending_.empty();
       });
+      if (export_requested_) {
+        exported_keys_ = cache_.persistent_keys();
+        export_requested_ = false;
+        exported_.notify_all();
+      }
       if (stopping_) break;
     }
     try {
@@ -162,6 +180,9 @@ void Scheduler::loop() {
   pending_.clear();
   n_queued_ = 0;
   update_gauges();
+  std::lock_guard lock(mutex_);
+  running_ = false;
+  exported_.notify_all();
 }
 
 void Scheduler::take_incoming() {

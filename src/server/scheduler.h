@@ -54,8 +54,9 @@ class Scheduler {
   // Ends the thread: requests still running get an error event. Idempotent.
   void stop();
 
-  // Cache keys worth persisting; call after stop().
-  std::vector<std::vector<int32_t>> persistent_cache_keys() const { return cache_.persistent_keys(); }
+  // Cache keys worth persisting (prompt and reply ends). Any thread: the scheduler thread copies
+  // them between steps while it runs.
+  std::vector<std::vector<int32_t>> persistent_cache_keys();
   const PrefixCacheStats& cache_stats() const { return cache_.stats(); }
   size_t cache_budget() const { return cache_.budget(); }
   const SchedulerOptions& options() const { return options_; }
@@ -93,10 +94,12 @@ class Scheduler {
   PrefixCache cache_;
 
   std::mutex mutex_;  // guards incoming_, warm_incoming_, stopping_
-  std::condition_variable wake_;
+  std::condition_variable wake_, exported_;
   std::vector<Submission> incoming_;
   std::vector<std::vector<int32_t>> warm_incoming_;
   bool stopping_ = false;
+  bool running_ = false, export_requested_ = false;
+  std::vector<std::vector<int32_t>> exported_keys_;
   std::atomic<int> n_queued_{0};  // tasks submitted but not yet started
   std::thread thread_;
 

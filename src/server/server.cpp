@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -120,8 +121,27 @@ int run_server(const ServerOptions& o) {
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
 
+  // Wait for SIGINT/SIGTERM; with a cache directory, write it every cache_save_every_s meanwhile.
   int sig = 0;
-  sigwait(&signals, &sig);
+  std::vector<std::vector<int32_t>> saved;
+  while (true) {
+    if (!store) {
+      sigwait(&signals, &sig);
+      break;
+    }
+    timespec every{std::max(1, o.cache_save_every_s), 0};
+    sig = sigtimedwait(&signals, nullptr, &every);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    auto keys = scheduler.persistent_cache_keys();
+    std::sort(keys.begin(), keys.end());
+    if (keys == saved) continue;
+    try {
+      store->save(keys);
+      saved = std::move(keys);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "warning: prefix cache not saved: %s\n", e.what());
+    }
+  }
   std::fprintf(stderr, "%s: shutting down (in-flight requests get up to %d s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                o.shutdown_grace_s);
   http.stop(std::chrono::seconds(o.shutdown_grace_s));

@@ -25,6 +25,7 @@ struct ServerOptions {
   int max_queue = 64;
   size_t cache_ram_mib = 1024;
   std::string cache_dir;
+  int cache_save_every_s = 60;  // also written this often while serving (a crash loses less)
   size_t max_body_bytes = 8 * 1024 * 1024;
   int timeout_s = 30;          // to receive a whole request; also the write timeout
   int max_connections = 128;

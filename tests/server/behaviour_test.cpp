@@ -285,5 +285,33 @@ TEST(PrefixCacheDisk, SurvivesRestartAndIgnoresDamagedOrForeignFiles) {
   fs::remove_all(dir);
 }
 
+TEST(PrefixCacheDisk, WrittenWhileServingSoAKilledServerLosesLittle) {
+  namespace fs = std::filesystem;
+  fs::path dir = test_dir() + "/cache-crash-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  std::vector<int32_t> prompt;
+  {
+    ServerProcess s({"--cache-dir", dir.string(), "--cache-save-every", "1", "-c", "1024"});
+    prompt = tokenize(s.port(), "A prompt that should outlive a crash of the server, one two three four.");
+    EXPECT_EQ(post(s.port(), "/v1/completions", {{"prompt", prompt}, {"max_tokens", 5}}).status, 200);
+    auto files = [&] {
+      size_t n = 0;
+      if (fs::exists(dir))
+        for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".rpc";
+      return n;
+    };
+    for (int i = 0; i < 100 && files() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(files(), 2u) << "prompt and reply ends written while serving";
+    EXPECT_EQ(s.stop(SIGKILL), -SIGKILL);
+  }
+  ServerProcess s({"--cache-dir", dir.string(), "-c", "1024"});
+  for (int i = 0; i < 100 && metric(s.port(), "regolith_prefix_cache_entries") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Json again = post(s.port(), "/v1/completions", {{"prompt", prompt}, {"max_tokens", 5}}).json();
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt.size());
+  EXPECT_EQ(s.stop(), 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace regolith::test
