@@ -28,10 +28,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 t0=$(date +%s)
-# The image's newer g++ no longer pulls <cstdint> and friends in transitively; some headers of the
-# project rely on that, so they are forced in here rather than failing the build on this machine.
-host_flags="-include cstdint -include cstring -include cstdio -include cstdlib"
-if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$host_flags" \
+if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"
   exit 1
