@@ -143,11 +143,15 @@ def main(hf_dir, gguf_path):
 
     hc_parts = [("hc_norm.weight", "norm"), ("input_mix_weight_down.weight", "down"),
                 ("input_mix_weight_up.weight", "up"), ("block_inject_weight.weight", "inject")]
+    n_layer = tc["num_hidden_layers"]
+    has_mtp = "mtp.fc_hidden.weight" in hf
     for name in list(hf):
         m = re.match(re.escape(P) + r"layers\.(\d+)\.(.*)$", name)
-        if not m:
+        mtp = re.match(r"mtp\.layers\.0\.(.*)$", name)  # the MTP block follows the trunk
+        if not m and not mtp:
             continue
-        il, rest = int(m.group(1)), m.group(2)
+        il, rest = (int(m.group(1)), m.group(2)) if m else (n_layer, mtp.group(1))
+        layer_prefix = f"{P}layers.{il}." if m else "mtp.layers.0."
         b = f"blk.{il}."
         for mod, gmod in [("attn_hyper_connection.", "hc_attn_"), ("mlp_hyper_connection.", "hc_ffn_")]:
             for part, gname in hc_parts:
@@ -205,9 +209,22 @@ def main(hf_dir, gguf_path):
         if rest == "mlp.gate.weight":
             n_exp = tc["num_experts"]
             for which, gname in [("gate", "ffn_gate_exps"), ("up", "ffn_up_exps"), ("down", "ffn_down_exps")]:
-                stack = np.stack([hf[f"{P}layers.{il}.mlp.experts.{e}.{which}_proj.weight"].astype(np.float32)
+                stack = np.stack([hf[f"{layer_prefix}mlp.experts.{e}.{which}_proj.weight"].astype(np.float32)
                                   for e in range(n_exp)])
                 put(f"{b}{gname}.weight", stack)
+
+    if has_mtp:
+        b = f"blk.{n_layer}."
+        put(b + "nextn.enorm.weight", src("mtp.pre_fc_norm_embedding.weight") + 1)
+        put(b + "nextn.hnorm.weight", src("mtp.pre_fc_norm_hidden.weight") + 1)
+        put(b + "nextn.eh_proj.weight", np.concatenate([src("mtp.fc_embedding.weight"), src("mtp.fc_hidden.weight")], axis=1))
+        put(b + "nextn.hc_head_norm.weight", src("mtp.hyper_connection_mixer.hc_norm.weight") + 1)
+        put(b + "nextn.hc_head_down.weight", src("mtp.hyper_connection_mixer.input_mix_weight_down.weight"))
+        put(b + "nextn.hc_head_up.weight", src("mtp.hyper_connection_mixer.input_mix_weight_up.weight"))
+        if meta.get("qwen4exp.nextn_predict_layers") != 1:
+            errors_mtp = "qwen4exp.nextn_predict_layers must be 1 when the checkpoint has an MTP head"
+            print(errors_mtp)
+            return 1
 
     if tc.get("ple_layer_ids"):
         pl = tc["ple_layer_ids"][0] - 1
@@ -238,9 +255,10 @@ def main(hf_dir, gguf_path):
         errors.append(f"checkpoint tensor not converted: {n}")
     if tc.get("layer_types"):
         ratios = [0 if t == "linear_attention" else tc["indexer_compress_ratio"] for t in tc["layer_types"]]
+        ratios += [0] * has_mtp  # the MTP block attends densely
         if meta["qwen4exp.attention.compress_ratios"] != ratios:
             errors.append(f"compress_ratios {meta['qwen4exp.attention.compress_ratios']} != {ratios}")
-    checks = {"embedding_length": tc["hidden_size"], "block_count": tc["num_hidden_layers"],
+    checks = {"embedding_length": tc["hidden_size"], "block_count": n_layer + has_mtp,
               "expert_count": tc["num_experts"], "expert_used_count": tc["num_experts_per_tok"],
               "ssm.time_step_rank": n_v, "ssm.group_count": n_k, "ssm.state_size": dk, "ssm.inner_size": n_v * dv,
               "hyper_connection.count": tc["hc_count"], "hyper_connection.low_rank": tc["hc_lowrank"],
