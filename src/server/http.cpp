@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -256,7 +257,11 @@ void HttpServer::serve() {
     pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(kTick.count())) <= 0) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        std::this_thread::sleep_for(kTick);  // out of descriptors: the pending connection would spin us
+      continue;
+    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     timeval tv{static_cast<time_t>(limits_.write_timeout.count() / 1000),
