@@ -367,5 +367,19 @@ TEST(CpuThreadPool, EveryIndexOnceAndErrorsPropagate) {
   EXPECT_EQ(after.load(), 100) << "the pool works after an exception";
 }
 
+// Back-to-back jobs of changing sizes: a worker still holding the previous job's state must not
+// claim a chunk of the job being set up (it once could, running chunks twice or never finishing).
+TEST(CpuThreadPool, BackToBackJobsRunEveryChunkOnce) {
+  cpu::ThreadPool pool(4);
+  for (int job = 0; job < 20000; ++job) {
+    int64_t n = 1 + (job * 7919) % 300, grain = 1 + job % 5;
+    std::vector<std::atomic<int>> hits(n);
+    pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "job " << job << " n=" << n << " i=" << i;
+  }
+}
+
 }  // namespace
 }  // namespace regolith::test

@@ -22,6 +22,9 @@ thread_local bool t_in_pool_job = false;
 
 uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
 
+// The chunk index of a closed generation: above any job's chunk count (those stay below 2^31).
+constexpr uint64_t kClosedChunk = UINT32_MAX;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -102,6 +105,12 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
     grain = (n + UINT32_MAX / 2 - 1) / (UINT32_MAX / 2);
     n_chunks = (n + grain - 1) / grain;
   }
+  // Close the finished job's generation before touching the job fields: a worker still holding
+  // that generation's state word could otherwise claim "chunk n" of the job being written (its
+  // compare-and-swap would match the unchanged word). A closed generation has no claimable chunk,
+  // and every claim compares the whole word, so stale claims fail from here on.
+  uint32_t finished = generation_of(state_.load(std::memory_order_relaxed));
+  state_.store((static_cast<uint64_t>(finished + 1) << 32) | kClosedChunk, std::memory_order_release);
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
@@ -109,7 +118,7 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
   n_chunks_.store(static_cast<uint32_t>(n_chunks), std::memory_order_relaxed);
   error_ = nullptr;
   done_chunks_.store(0, std::memory_order_relaxed);
-  uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
+  uint32_t generation = finished + 2;
   {
     // Under the park mutex, so that a worker between its last check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(park_mutex_);
