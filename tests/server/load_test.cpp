@@ -64,8 +64,13 @@ TEST(Load, BoundedLoopbackLoadHasNoFailuresAndNoLeaks) {
   EXPECT_EQ(wait_metric(s.port(), "regolith_slots_busy", 0), 0);
   EXPECT_EQ(wait_metric(s.port(), "regolith_active_sequences", 0), 0);
   EXPECT_EQ(metric(s.port(), "regolith_queue_depth"), 0);
-  for (int i = 0; i < 20 && metric(s.port(), "regolith_http_connections") > 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // closing connections finish their threads
+  // Closing connections finish their threads asynchronously; on a loaded 2-core machine (CTest runs
+  // other suites beside this one) that took over a second once, so a leak is what outlasts 10 s.
+  auto close_start = Clock::now();
+  for (int i = 0; i < 200 && metric(s.port(), "regolith_http_connections") > 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::printf("[load] connections back to 1 after %.0f ms\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - close_start).count());
   EXPECT_LE(metric(s.port(), "regolith_http_connections"), 1);
   EXPECT_EQ(metric(s.port(), "regolith_requests_finished_total"), done.load());
   EXPECT_EQ(http(s.port(), "GET", "/health").status, 200);
