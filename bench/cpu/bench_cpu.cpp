@@ -24,37 +24,6 @@
 namespace regolith::bench {
 namespace {
 
-uint64_t bytes_of(const Weight& w) { return w.present() ? w.row_bytes * w.n_rows() : 0; }
-
-// Weight bytes one decode token reads.
-uint64_t decode_weight_bytes(const Qwen4ExpModel& m) {
-  const Qwen4ExpHparams& hp = m.hparams();
-  const Qwen4ExpWeights& w = m.weights();
-  auto hc = [](const HcWeights& h) { return bytes_of(h.norm) + bytes_of(h.down) + bytes_of(h.up) + bytes_of(h.inject); };
-  uint64_t b = w.token_embd.row_bytes + bytes_of(w.output) + hc(w.output_hc);
-  if (w.ple_table.present()) b += hp.ple_n_heads() * w.ple_table.row_bytes;
-  double expert_share = static_cast<double>(hp.n_expert_used) / hp.n_expert;
-  for (const LayerWeights& L : w.layers) {
-    b += hc(L.hc_attn) + hc(L.hc_ffn);
-    if (L.recurrent)
-      for (const Weight* x : {&L.gdn.qkv, &L.gdn.gate, &L.gdn.alpha, &L.gdn.beta, &L.gdn.ssm_a, &L.gdn.dt_bias, &L.gdn.conv,
-                              &L.gdn.norm, &L.gdn.out})
-        b += bytes_of(*x);
-    else
-      for (const Weight* x : {&L.qsa.q, &L.qsa.k, &L.qsa.v, &L.qsa.out, &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.index_q,
-                              &L.qsa.index_k, &L.qsa.index_q_norm, &L.qsa.index_k_norm})
-        b += bytes_of(*x);
-    const MoeWeights& e = L.moe;
-    b += bytes_of(e.router) + bytes_of(e.shared_gate_inp) + bytes_of(e.shared_gate) + bytes_of(e.shared_up) +
-         bytes_of(e.shared_down);
-    b += static_cast<uint64_t>(expert_share * (bytes_of(e.gate_exps) + bytes_of(e.up_exps) + bytes_of(e.down_exps)));
-    if (L.has_ple)
-      for (const Weight* x : {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv})
-        b += bytes_of(*x);
-  }
-  return b;
-}
-
 struct DecodeOptions {
   std::string model;
   std::vector<std::string> backends{"ref", "cpu"};
@@ -63,7 +32,7 @@ struct DecodeOptions {
 
 void bench_decode(const DecodeOptions& o) {
   auto model = Qwen4ExpModel::load(o.model);
-  uint64_t bytes = decode_weight_bytes(*model);
+  uint64_t bytes = decode_weight_bytes(model->hparams(), model->weights());
   double copy_gbs = copy_bandwidth_gbs(o.n_threads > 0 ? o.n_threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::printf("# decode: %s, %.1f MB of weights per token, copy bandwidth %.1f GB/s\n", o.model.c_str(), bytes / 1e6,
               copy_gbs);

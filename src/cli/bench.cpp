@@ -30,37 +30,6 @@ struct BenchArgs {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-uint64_t bytes_of(const Weight& w) { return w.present() ? w.row_bytes * w.n_rows() : 0; }
-
-// Weight bytes one decode token reads (the expert tensors at the routed share k/E).
-uint64_t decode_weight_bytes(const Qwen4ExpModel& m) {
-  const Qwen4ExpHparams& hp = m.hparams();
-  const Qwen4ExpWeights& w = m.weights();
-  auto hc = [](const HcWeights& h) { return bytes_of(h.norm) + bytes_of(h.down) + bytes_of(h.up) + bytes_of(h.inject); };
-  uint64_t b = w.token_embd.row_bytes + bytes_of(w.output) + hc(w.output_hc);
-  if (w.ple_table.present()) b += hp.ple_n_heads() * w.ple_table.row_bytes;
-  const double expert_share = static_cast<double>(hp.n_expert_used) / hp.n_expert;
-  for (const LayerWeights& L : w.layers) {
-    b += hc(L.hc_attn) + hc(L.hc_ffn);
-    if (L.recurrent)
-      for (const Weight* x : {&L.gdn.qkv, &L.gdn.gate, &L.gdn.alpha, &L.gdn.beta, &L.gdn.ssm_a, &L.gdn.dt_bias,
-                              &L.gdn.conv, &L.gdn.norm, &L.gdn.out})
-        b += bytes_of(*x);
-    else
-      for (const Weight* x : {&L.qsa.q, &L.qsa.k, &L.qsa.v, &L.qsa.out, &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.index_q,
-                              &L.qsa.index_k, &L.qsa.index_q_norm, &L.qsa.index_k_norm})
-        b += bytes_of(*x);
-    const MoeWeights& e = L.moe;
-    b += bytes_of(e.router) + bytes_of(e.shared_gate_inp) + bytes_of(e.shared_gate) + bytes_of(e.shared_up) +
-         bytes_of(e.shared_down);
-    b += static_cast<uint64_t>(expert_share * (bytes_of(e.gate_exps) + bytes_of(e.up_exps) + bytes_of(e.down_exps)));
-    if (L.has_ple)
-      for (const Weight* x : {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv})
-        b += bytes_of(*x);
-  }
-  return b;
-}
-
 // Median bytes/s of a 1 GiB device-to-device copy, counting bytes read plus bytes written.
 double copy_bandwidth(Backend& be) {
   const int64_t n = int64_t{1} << 28;  // floats
@@ -109,7 +78,8 @@ void run_bench(const BenchArgs& a) {
     warm.eval(random_tokens(2, V, rng), {.all_logits = false});
   }
   const double load_s = seconds_since(t_load);
-  const double token_bytes = static_cast<double>(decode_weight_bytes(engine->model()));
+  const Qwen4ExpModel& model = engine->model();
+  const double token_bytes = static_cast<double>(decode_weight_bytes(model.hparams(), model.weights()));
   const double copy_bw = copy_bandwidth(be);
   std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.c_str(), load_s);
   std::printf("decode reads %.3f GB of weights per token; measured copy bandwidth %.0f GB/s\n\n", token_bytes / 1e9,

@@ -151,4 +151,34 @@ Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp) {
   return w;
 }
 
+uint64_t weight_bytes(const Weight& w) { return w.present() ? w.row_bytes * w.n_rows() : 0; }
+
+uint64_t decode_weight_bytes(const Qwen4ExpHparams& hp, const Qwen4ExpWeights& w) {
+  auto hc = [](const HcWeights& h) {
+    return weight_bytes(h.norm) + weight_bytes(h.down) + weight_bytes(h.up) + weight_bytes(h.inject);
+  };
+  uint64_t b = w.token_embd.row_bytes + weight_bytes(w.output) + hc(w.output_hc);
+  if (w.ple_table.present()) b += hp.ple_n_heads() * w.ple_table.row_bytes;
+  const double expert_share = static_cast<double>(hp.n_expert_used) / hp.n_expert;
+  for (const LayerWeights& L : w.layers) {
+    b += hc(L.hc_attn) + hc(L.hc_ffn);
+    if (L.recurrent)
+      for (const Weight* x : {&L.gdn.qkv, &L.gdn.gate, &L.gdn.alpha, &L.gdn.beta, &L.gdn.ssm_a, &L.gdn.dt_bias,
+                              &L.gdn.conv, &L.gdn.norm, &L.gdn.out})
+        b += weight_bytes(*x);
+    else
+      for (const Weight* x : {&L.qsa.q, &L.qsa.k, &L.qsa.v, &L.qsa.out, &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.index_q,
+                              &L.qsa.index_k, &L.qsa.index_q_norm, &L.qsa.index_k_norm})
+        b += weight_bytes(*x);
+    const MoeWeights& e = L.moe;
+    b += weight_bytes(e.router) + weight_bytes(e.shared_gate_inp) + weight_bytes(e.shared_gate) + weight_bytes(e.shared_up) +
+         weight_bytes(e.shared_down);
+    b += static_cast<uint64_t>(expert_share * (weight_bytes(e.gate_exps) + weight_bytes(e.up_exps) + weight_bytes(e.down_exps)));
+    if (L.has_ple)
+      for (const Weight* x : {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv})
+        b += weight_bytes(*x);
+  }
+  return b;
+}
+
 }  // namespace regolith

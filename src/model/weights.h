@@ -65,4 +65,10 @@ Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp);
 // odd and small enough that token·m stays below 2^63. Returns the constants to hash with.
 PleHashConstants check_ple_hash(const Qwen4ExpHparams& hp, int64_t table_rows, const std::string& source);
 
+// Bytes of a weight's stored data (0 when absent).
+uint64_t weight_bytes(const Weight& w);
+// Weight bytes one decode token reads: every dense tensor, the routed experts at their share
+// n_expert_used / n_expert, and one n-gram table row per hash head. For bandwidth reports.
+uint64_t decode_weight_bytes(const Qwen4ExpHparams& hp, const Qwen4ExpWeights& w);
+
 }  // namespace regolith
