@@ -147,6 +147,12 @@ class Backend {
   // ---- memory ----
   virtual Tensor alloc(DType dtype, std::array<int64_t, 4> ne) = 0;  // zero-filled
   Tensor alloc_f32(int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) { return alloc(DType::F32, {ne0, ne1, ne2, 1}); }
+  // Storage for an op's output, which writes every element: a backend may skip the zero fill (a
+  // GPU saves a memset launch per op).
+  virtual Tensor alloc_output(DType dtype, std::array<int64_t, 4> ne) { return alloc(dtype, ne); }
+  Tensor output_f32(int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
+    return alloc_output(DType::F32, {ne0, ne1, ne2, 1});
+  }
   virtual void write(Tensor& dst, const void* src, size_t bytes) = 0;  // from host, at the start of dst
   virtual void read(const Tensor& src, void* dst, size_t bytes) = 0;   // to host, from the start of src
   // n elements from src[src_off..] to dst[dst_off..] (same dtype), e.g. appending to a cache.

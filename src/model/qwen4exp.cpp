@@ -62,7 +62,8 @@ class Forward {
   void trace(std::string_view name, int64_t il, const Tensor& t) const {
     if (trace_) trace_(name, il, t);
   }
-  Tensor f32(int64_t a, int64_t b = 1, int64_t c = 1) { return be_.alloc_f32(a, b, c); }
+  // Every tensor made here is the output of the op it is made for.
+  Tensor f32(int64_t a, int64_t b = 1, int64_t c = 1) { return be_.output_f32(a, b, c); }
   Tensor mul_mat(const Weight& w, const Tensor& x) {
     Tensor out = f32(w.ne[1], x.ne(1));
     be_.mul_mat(w, x, out);

@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   Tensor alloc(DType dtype, std::array<int64_t, 4> ne) override;
+  Tensor alloc_output(DType dtype, std::array<int64_t, 4> ne) override { return alloc_raw(dtype, ne, false); }
   void write(Tensor& dst, const void* src, size_t bytes) override;
   void read(const Tensor& src, void* dst, size_t bytes) override;
   void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) override;

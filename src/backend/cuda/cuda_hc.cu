@@ -1,7 +1,10 @@
 // CUDA hyper-connection read/write (model-spec §4.2) and the PLE gate (§4.8.4). hc_read is the
-// unfused composition: grouped norm, down projection + SiLU, up projection, sigmoid-weighted
-// stream mix, inject weights; each step a kernel over all tokens.
+// grouped norm, down projection + SiLU, up projection, sigmoid-weighted stream mix and inject
+// weights. One token with four streams and matrices that have unit loaders (decode) runs it as
+// three kernels: norm; down and inject rows with their activations; up rows with the mix.
+// Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_gemv.cuh"
 
 namespace regolith::cuda {
 
@@ -37,6 +40,59 @@ __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64
   R[i] = static_cast<float>(R[i] + static_cast<double>(iw[t * S + c / H]) * y[t * H + c % H]);
 }
 
+// Decode: rows n0, n0+1 (n0 = 2·blockIdx.x) of [down; inject] times the normed row n (one token).
+// Down rows give lo = silu(v/S), inject rows inject_w = 2·sigmoid(v/S).
+template <typename U>
+__global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __restrict__ down,
+                                                             const uint8_t* __restrict__ inject, uint64_t pitch,
+                                                             int64_t W, int64_t r, int64_t S,
+                                                             const float* __restrict__ n, float* __restrict__ lo,
+                                                             float* __restrict__ inject_w) {
+  constexpr int R = 2;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * R, n_rows = r + (inject ? S : 0);
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int64_t row = i0 + i;
+    rows[i] = row >= n_rows ? nullptr : row < r ? down + row * pitch : inject + (row - r) * pitch;
+  }
+  float acc[R][1] = {};
+  gemv_accumulate<U, R, 1>(rows, W, n, W, 1, threadIdx.x, blockDim.x, acc);
+  float sums[R] = {acc[0][0], acc[1][0]};
+  block_reduce_to_first(sums);
+  if (threadIdx.x != 0) return;
+  const double inv_s = 1.0 / S;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int64_t row = i0 + i;
+    if (row < r)
+      lo[row] = static_cast<float>(silu_d(sums[i] * inv_s));
+    else if (row < n_rows)
+      inject_w[row - r] = static_cast<float>(2.0 * sigmoid_d(sums[i] * inv_s));
+  }
+}
+
+// Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d] for d = blockIdx.x, S = 4 streams.
+template <typename U>
+__global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restrict__ up, uint64_t pitch, int64_t r,
+                                                        int64_t H, const float* __restrict__ lo,
+                                                        const float* __restrict__ n, float* __restrict__ x) {
+  constexpr int S = 4;
+  const int64_t d = blockIdx.x;
+  const uint8_t* rows[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) rows[s] = up + (s * H + d) * pitch;
+  float acc[S][1] = {};
+  gemv_accumulate<U, S, 1>(rows, r, lo, r, 1, threadIdx.x, blockDim.x, acc);
+  float m[S] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0]};
+  block_reduce_to_first(m);
+  if (threadIdx.x != 0) return;
+  double mix = 0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) mix += sigmoid_d(m[s]) * n[s * H + d];
+  x[d] = static_cast<float>(mix / S);
+}
+
 // One block per (token, stream).
 __global__ void ple_gate_kernel(const float* key, const float* qry, const float* val, int64_t H, int64_t S,
                                 float* out) {
@@ -65,16 +121,35 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
     expect_shape(*a.inject_w, {S, T, 1, 1}, "hc_read", "inject_w");
   }
   if (T == 0) return;
-  Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T), m = scratch_f32(W * T);
+  Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
   rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
-  matmul(matrix(*a.down), n.f32(), T, lo.f32());
+  const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
+  const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
+  if (T == 1 && S == 4 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
+      (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
+    dispatch_unit(down.type, [&](auto unit) {
+      hc_down_inject_kernel<decltype(unit)><<<blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0,
+                                              stream_>>>(down.data, inject ? inject->data : nullptr, down.row_bytes, W,
+                                                         r, S, n.f32(), lo.f32(),
+                                                         inject ? a.inject_w->f32() : nullptr);
+    });
+    check_launch("hc_down_inject_kernel");
+    dispatch_unit(up.type, [&](auto unit) {
+      hc_up_mix_kernel<decltype(unit)><<<static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, stream_>>>(
+          up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
+    });
+    check_launch("hc_up_mix_kernel");
+    return;
+  }
+  Tensor m = scratch_f32(W * T);
+  matmul(down, n.f32(), T, lo.f32());
   scaled_silu_kernel<<<blocks_for(r * T, kThreads), kThreads, 0, stream_>>>(lo.f32(), r * T, 1.0 / S);
   check_launch("scaled_silu_kernel");
-  matmul(matrix(*a.up), lo.f32(), T, m.f32());
+  matmul(up, lo.f32(), T, m.f32());
   hc_mix_kernel<<<blocks_for(H * T, kThreads), kThreads, 0, stream_>>>(m.f32(), n.f32(), H, S, T, a.x->f32());
   check_launch("hc_mix_kernel");
   if (a.inject) {
-    matmul(matrix(*a.inject), n.f32(), T, a.inject_w->f32());
+    matmul(*inject, n.f32(), T, a.inject_w->f32());
     inject_weights_kernel<<<blocks_for(S * T, kThreads), kThreads, 0, stream_>>>(a.inject_w->f32(), S * T, 1.0 / S);
     check_launch("inject_weights_kernel");
   }

@@ -1,8 +1,10 @@
 // out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
-// Few tokens (decode): a warp per output row reads the row once and dots it with every token.
-// More tokens (prefill): 64×64 output tiles (cuda_gemm.cuh).
+// Few tokens (decode): types with a unit loader take the coalesced kernel of cuda_gemv.cuh (R rows
+// per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
+// (prefill): 64×64 output tiles (cuda_gemm.cuh).
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -49,6 +51,46 @@ __global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes,
   }
 }
 
+// Rows n0 .. n0+R-1 of W (n0 = R·blockIdx.x) times T <= TB tokens.
+template <typename U, int R, int TB>
+__global__ void __launch_bounds__(128) gemv_kernel(const uint8_t* __restrict__ W, uint64_t pitch, int64_t K, int64_t N,
+                                                   const float* __restrict__ x, int T, float* __restrict__ out) {
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? W + (n0 + r) * pitch : nullptr;
+  float acc[R][TB] = {};
+  gemv_accumulate<U, R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc);
+  float sums[R * TB];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
+  block_reduce_to_first(sums);
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t)
+      if (n0 + r < N && t < T) out[t * N + n0 + r] = sums[r * TB + t];
+}
+
+template <typename U, int R, int TB>
+void launch_gemv(const DeviceMatrix& w, const float* x, int T, float* out, cudaStream_t stream) {
+  gemv_kernel<U, R, TB><<<blocks_for(w.n_rows, R), gemv_threads(w.K / kUnit), 0, stream>>>(w.data, w.row_bytes, w.K,
+                                                                                        w.n_rows, x, T, out);
+  check_launch("gemv_kernel");
+}
+
+// Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond.
+template <typename U>
+void gemv(const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
+  if (T == 1) return launch_gemv<U, 4, 1>(w, x, 1, out, stream);
+  if (T == 2) return launch_gemv<U, 2, 2>(w, x, 2, out, stream);
+  for (int64_t t0 = 0; t0 < T; t0 += 4)
+    launch_gemv<U, 2, 4>(w, x + t0 * w.K, static_cast<int>(std::min<int64_t>(4, T - t0)), out + t0 * w.n_rows, stream);
+}
+
 template <typename D>
 __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K,
                                                             int64_t N, const float* __restrict__ x, int64_t T,
@@ -84,6 +126,10 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
 
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
   if (T == 0 || w.n_rows == 0) return;
+  if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
+    dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(w, x, T, out, stream_); });
+    return;
+  }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(w, x, T, out, stream_); });
   if (!ok) fail("cuda matmul: no decoder for ", type_name(w.type));
 }

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
+#include "quant/blocks.h"
 #include "quant/rows.h"
 
 namespace regolith {
@@ -147,6 +148,30 @@ CudaBackend::WeightKey CudaBackend::key_of(const Weight& w) {
   return {w.data, w.type, w.ne[0], w.ne[1], w.ne[2], w.ne[3], h};
 }
 
+namespace {
+
+// Host rows [r0, r1) of w in the device layout: rows padded to `pitch` bytes, Q8_0 rows as their
+// codes followed by their scales (cuda_quant.cuh), other types as stored.
+void to_device_layout(const Weight& w, int64_t r0, int64_t r1, uint64_t pitch, uint8_t* out) {
+  std::memset(out, 0, static_cast<size_t>((r1 - r0) * pitch));
+  const int64_t K = w.ne[0];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* src = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    uint8_t* dst = out + static_cast<uint64_t>(r - r0) * pitch;
+    if (w.type != GgmlType::Q8_0) {
+      std::memcpy(dst, src, w.row_bytes);
+      continue;
+    }
+    const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(src);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      std::memcpy(dst + b * 32, blocks[b].qs, 32);
+      std::memcpy(dst + K + b * 2, &blocks[b].d, 2);
+    }
+  }
+}
+
+}  // namespace
+
 const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   if (!w.present()) fail("cuda: weight ", w.name, " is missing");
   WeightKey key = key_of(w);
@@ -155,9 +180,19 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   DeviceMatrix m{nullptr, w.type, w.row_bytes, w.ne[0], w.n_rows()};
   void* p = nullptr;
   if (has_device_decoder(w.type)) {
-    size_t bytes = w.row_bytes * static_cast<size_t>(w.n_rows());
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 4)), "cudaMalloc (weight)");
-    check(cudaMemcpyAsync(p, w.data, bytes, cudaMemcpyHostToDevice, stream_), "upload weight");
+    // Staged through a bounded host buffer, whatever the tensor's size.
+    m.row_bytes = (w.row_bytes + 15) / 16 * 16;
+    check(cudaMalloc(&p, std::max<size_t>(m.row_bytes * static_cast<size_t>(m.n_rows), 16)), "cudaMalloc (weight)");
+    const int64_t rows_per_step = std::max<int64_t>(1, static_cast<int64_t>((64u << 20) / m.row_bytes));
+    std::vector<uint8_t> host(static_cast<size_t>(std::min(rows_per_step, m.n_rows) * m.row_bytes));
+    for (int64_t r0 = 0; r0 < m.n_rows; r0 += rows_per_step) {
+      int64_t r1 = std::min(m.n_rows, r0 + rows_per_step);
+      to_device_layout(w, r0, r1, m.row_bytes, host.data());
+      check(cudaMemcpyAsync(static_cast<uint8_t*>(p) + r0 * m.row_bytes, host.data(), (r1 - r0) * m.row_bytes,
+                            cudaMemcpyHostToDevice, stream_),
+            "upload weight");
+      check(cudaStreamSynchronize(stream_), "upload weight");  // before the buffer is refilled
+    }
   } else {
     // No device decoder yet: dequantize once on the host and keep F32 rows.
     std::vector<float> f(static_cast<size_t>(w.n_elements()));

@@ -1,6 +1,8 @@
 // CUDA MoE (model-spec §4.6): softmax router with renormalised top-k, and the routed SwiGLU experts:
 // gate and up, SwiGLU, down, then the weighted sum over the k slots in slot order. A few tokens:
-// expert-indexed matvecs, each (token, slot) pair reading its expert's rows once. More: the pairs
+// two fused kernels over the unit loaders of cuda_gemv.cuh (gate + up + SwiGLU, then down + the
+// weighted sum), or, for types without one, expert-indexed matvecs, each (token, slot) pair
+// reading its expert's rows once. More: the pairs
 // are grouped by expert on the host and each expert runs the prefill tile (cuda_gemm.cuh) over
 // its own pairs, so an expert's weights are read once per 64 of its tokens.
 #include <algorithm>
@@ -8,6 +10,7 @@
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -69,6 +72,64 @@ __global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row
   }
   acc = warp_sum(acc);
   if (lane == 0) out[pair * N + n] = acc;
+}
+
+// Decode, fused: h[pair][n] = silu(gate_e[n]·x) · up_e[n]·x for rows n0 .. n0+R-1 (n0 =
+// R·blockIdx.x) of pair blockIdx.y (e = ids[pair], x its token's input); the gate and up rows
+// share each thread's activations. A pair with an invalid id gets zeros.
+template <typename U, int R>
+__global__ void __launch_bounds__(128)
+    expert_gate_up_kernel(const uint8_t* __restrict__ G, const uint8_t* __restrict__ Up, uint64_t pitch, int64_t K,
+                          int64_t F, int64_t E, const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
+                          float* __restrict__ h) {
+  const int64_t pair = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, e = ids[pair];
+  const bool valid = e >= 0 && e < E;
+  const uint8_t* rows[2 * R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const bool in = valid && n0 + r < F;
+    rows[r] = in ? G + (e * F + n0 + r) * pitch : nullptr;
+    rows[R + r] = in ? Up + (e * F + n0 + r) * pitch : nullptr;
+  }
+  float acc[2 * R][1] = {};
+  gemv_accumulate<U, 2 * R, 1>(rows, K, x + (pair / k) * K, K, 1, threadIdx.x, blockDim.x, acc);
+  float sums[2 * R];
+#pragma unroll
+  for (int r = 0; r < 2 * R; ++r) sums[r] = acc[r][0];
+  block_reduce_to_first(sums);
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (n0 + r < F) h[pair * F + n0 + r] = valid ? static_cast<float>(silu_d(sums[r]) * sums[R + r]) : 0.0f;
+}
+
+// Decode, fused: out[t][n] = Σ_j w[t,j] · down_e[n]·h[t·k + j] (e = ids[t·k + j]) for rows n0 ..
+// n0+R-1 of token blockIdx.y. The (slot, unit) items are spread over the threads; each item's
+// partial products are scaled by its slot's weight before the block sums them.
+template <typename U, int R>
+__global__ void __launch_bounds__(128)
+    expert_down_kernel(const uint8_t* __restrict__ D, uint64_t pitch, int64_t F, int64_t H, int64_t E,
+                       const int32_t* __restrict__ ids, const float* __restrict__ weights, int64_t k,
+                       const float* __restrict__ h, float* __restrict__ out) {
+  const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, n_units = F / kUnit;
+  float acc[R] = {};
+  for (int64_t item = threadIdx.x; item < k * n_units; item += blockDim.x) {
+    const int64_t j = item / n_units, u = item % n_units, pair = t * k + j, e = ids[pair];
+    if (e < 0 || e >= E) continue;
+    const uint8_t* rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = n0 + r < H ? D + (e * H + n0 + r) * pitch : nullptr;
+    float part[R][1] = {};
+    gemv_accumulate<U, R, 1>(rows, F, h + pair * F, F, 1, u, n_units, part);
+    const float wj = weights[pair];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = fmaf(wj, part[r][0], acc[r]);
+  }
+  block_reduce_to_first(acc);
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (n0 + r < H) out[t * H + n0 + r] = acc[r];
 }
 
 // Grid (row tiles, column tiles, E): expert e's pairs are list[offsets[e] .. offsets[e+1]).
@@ -147,13 +208,32 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
   int64_t pairs = k * T;
   if (pairs == 0) return;
+  const DeviceMatrix &mg = matrix(wg), &mu = matrix(wu), &md = matrix(wd);
+  if (T <= kMatvecMaxTokens && mg.type == mu.type && mg.row_bytes == mu.row_bytes && has_unit_loader(mg.type, H) &&
+      has_unit_loader(md.type, F)) {
+    constexpr int R = 4;
+    Tensor h = scratch_f32(pairs * F);
+    dispatch_unit(mg.type, [&](auto unit) {
+      dim3 grid(blocks_for(F, R), static_cast<unsigned>(pairs));
+      expert_gate_up_kernel<decltype(unit), R><<<grid, gemv_threads(H / kUnit), 0, stream_>>>(
+          mg.data, mu.data, mg.row_bytes, H, F, E, a.ids->i32(), k, a.x->f32(), h.f32());
+    });
+    check_launch("expert_gate_up_kernel");
+    dispatch_unit(md.type, [&](auto unit) {
+      dim3 grid(blocks_for(H, R), static_cast<unsigned>(T));
+      expert_down_kernel<decltype(unit), R><<<grid, gemv_threads(k * (F / kUnit)), 0, stream_>>>(
+          md.data, md.row_bytes, F, H, E, a.ids->i32(), a.weights->f32(), k, h.f32(), a.out->f32());
+    });
+    check_launch("expert_down_kernel");
+    return;
+  }
   Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
   if (T <= kMatvecMaxTokens) {
     const int32_t* ids = a.ids->i32();
-    expert_matvec(matrix(wg), F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
-    expert_matvec(matrix(wu), F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
+    expert_matvec(mg, F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
+    expert_matvec(mu, F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
     swiglu(g, u, h);
-    expert_matvec(matrix(wd), H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
+    expert_matvec(md, H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
   } else {
     // Counting sort of the pairs by expert (the ids come back to the host: a sync per prefill MoE).
     std::vector<int32_t> ids = read_i32(*a.ids), offsets(E + 1, 0), list(pairs);

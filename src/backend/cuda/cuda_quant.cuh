@@ -1,5 +1,6 @@
 // Weight decoding on the device: every weight type the kernels read in place, as 32-value chunks
-// of a row (chunk c holds values 32c .. 32c+31). Layouts are ggml's (src/quant/blocks.h, decoded
+// of a row (chunk c holds values 32c .. 32c+31). Rows start at multiples of 16 bytes (the device
+// pitch is padded), and Q8_0 rows are rearranged (below); other layouts are ggml's (src/quant/blocks.h, decoded
 // as in src/quant/legacy.cpp, kquants.cpp, iq4.cpp); F32/F16/BF16 rows may end in a partial chunk,
 // whose missing values read as 0. Types without a decoder here are dequantized once on the host
 // at upload and read as F32 (CudaBackend::matrix).
@@ -54,13 +55,15 @@ struct Dq<GgmlType::BF16> {
   }
 };
 
+// Q8_0 rows are stored on the device as their K codes followed by their K/32 fp16 scales
+// (to_device_layout), so that codes can be read with aligned 16-byte loads.
 template <>
 struct Dq<GgmlType::Q8_0> {
-  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
-    const auto& b = reinterpret_cast<const quant::BlockQ8_0*>(row)[c];
-    const float d = f16(b.d);
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t K, float* y) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(row) + c * 32;
+    const float d = f16(reinterpret_cast<const uint16_t*>(row + K)[c]);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) y[j] = b.qs[j] * d;
+    for (int j = 0; j < 32; ++j) y[j] = q[j] * d;
   }
 };
 

@@ -1,0 +1,227 @@
+// Decode-time products (a few tokens): every weight row is read once, with wide coalesced loads.
+// A row is cut into units of 16 values that one thread fetches with a single 8- or 16-byte load
+// (plus its block's scales, which neighbouring threads share through L1); consecutive threads take
+// consecutive units, so a warp reads a contiguous stretch of the row. The 16 values of a unit pair
+// with two runs of 8 activations, x[x0 .. x0+7] and x[x1 .. x1+7]. Each thread keeps its units'
+// activations in registers and applies them to R rows, so activations are read once per R rows.
+// Codes become floats by the exponent trick (a code OR'ed under the bits of 2^23, then 2^23
+// subtracted), which runs on the integer and FP32 pipes instead of the slower conversion unit.
+//
+// Types with a unit loader here: F32, F16, BF16 (K a multiple of 16), Q8_0 in the device layout
+// of cuda_quant.cuh, Q4_K. Others take the chunk-based matvec (cuda_matmul.cu).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+namespace regolith::cuda {
+
+constexpr int kUnit = 16;
+
+// Byte b (0..3) of w as a float 2^23 + byte.
+__device__ __forceinline__ float byte_as_float(uint32_t w, int b) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + b)) - 8388608.0f;
+}
+
+template <GgmlType kType>
+struct Unit {
+  static constexpr bool kFast = false;
+};
+
+template <>
+struct Unit<GgmlType::F32> {
+  static constexpr bool kFast = true;
+  __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+    const float4* p = reinterpret_cast<const float4*>(row) + u * 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float4 v = __ldg(p + i);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  }
+};
+
+template <>
+struct Unit<GgmlType::F16> {
+  static constexpr bool kFast = true;
+  __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+    const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      uint4 v = __ldg(p + i);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+        w[8 * i + 2 * j] = f.x, w[8 * i + 2 * j + 1] = f.y;
+      }
+    }
+  }
+};
+
+template <>
+struct Unit<GgmlType::BF16> {
+  static constexpr bool kFast = true;
+  __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+    const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      uint4 v = __ldg(p + i);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
+        w[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+      }
+    }
+  }
+};
+
+// Device layout (cuda_quant.cuh): the row's K codes, then its K/32 fp16 scales.
+template <>
+struct Unit<GgmlType::Q8_0> {
+  static constexpr bool kFast = true;
+  __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, int64_t K, float* w) {
+    uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + u);
+    const float d = f16(__ldg(reinterpret_cast<const uint16_t*>(row + K) + u / 2));
+    // Codes are signed: flipping the top bit makes them code + 128 as unsigned bytes.
+    const uint32_t words[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) w[4 * j + b] = (byte_as_float(words[j], b) - 128.0f) * d;
+  }
+};
+
+// 16 units per 256-value block: unit v of a block holds 8 code bytes at qs[32g + l0] (g = v/4,
+// l0 = 8(v%4)): low nibbles are values 64g + l0 .. (sub-block 2g), high nibbles 64g + 32 + l0 ..
+// (sub-block 2g + 1).
+template <>
+struct Unit<GgmlType::Q4_K> {
+  static constexpr bool kFast = true;
+  __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) {
+    const int v = static_cast<int>(u % 16);
+    x0 = (u / 16) * 256 + (v / 4) * 64 + (v % 4) * 8, x1 = x0 + 32;
+  }
+  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+    const auto* b = reinterpret_cast<const quant::BlockQ4_K*>(row) + u / 16;
+    const int v = static_cast<int>(u % 16), g = v / 4;
+    uint2 q = __ldg(reinterpret_cast<const uint2*>(b->qs + 32 * g + (v % 4) * 8));
+    const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(b));
+    const float d = f16(static_cast<uint16_t>(dm)), dmin = f16(static_cast<uint16_t>(dm >> 16));
+    int sc0, m0, sc1, m1;
+    k4_scale_min(2 * g, b->scales, sc0, m0);
+    k4_scale_min(2 * g + 1, b->scales, sc1, m1);
+    const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
+    const uint32_t words[2] = {q.x, q.y};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t lo = words[j] & 0x0F0F0F0Fu, hi = (words[j] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        w[4 * j + k] = byte_as_float(lo, k) * d0 - o0;
+        w[8 + 4 * j + k] = byte_as_float(hi, k) * d1 - o1;
+      }
+    }
+  }
+};
+
+// Whether `type` has a unit loader and rows of K values fit it.
+inline bool has_unit_loader(GgmlType type, int64_t K) {
+  switch (type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: return K % kUnit == 0;
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K: return true;  // their blocks are whole units
+    default: return false;
+  }
+}
+
+// Calls fn(Unit<type>{}) for a type with a unit loader.
+template <typename Fn>
+void dispatch_unit(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::F32: fn(Unit<GgmlType::F32>{}); return;
+    case GgmlType::F16: fn(Unit<GgmlType::F16>{}); return;
+    case GgmlType::BF16: fn(Unit<GgmlType::BF16>{}); return;
+    case GgmlType::Q8_0: fn(Unit<GgmlType::Q8_0>{}); return;
+    case GgmlType::Q4_K: fn(Unit<GgmlType::Q4_K>{}); return;
+    default: return;
+  }
+}
+
+// acc[r][t] += this thread's share of rows[r]·x_t (x_t = x + t·ldx, t < T <= TB): units u = first,
+// first + stride, ... of K/16.
+template <typename U, int R, int TB>
+__device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R], int64_t K, const float* __restrict__ x,
+                                                int64_t ldx, int T, int64_t first, int64_t stride, float (&acc)[R][TB]) {
+  const int64_t n_units = K / kUnit;
+#pragma unroll 2
+  for (int64_t u = first; u < n_units; u += stride) {
+    int64_t x0, x1;
+    U::runs(u, x0, x1);
+    float xs[TB][16];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t < T) {
+        const float4* a = reinterpret_cast<const float4*>(x + t * ldx + x0);
+        const float4* b = reinterpret_cast<const float4*>(x + t * ldx + x1);
+        float4 v[4] = {a[0], a[1], b[0], b[1]};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xs[t][4 * i] = v[i].x, xs[t][4 * i + 1] = v[i].y, xs[t][4 * i + 2] = v[i].z, xs[t][4 * i + 3] = v[i].w;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (rows[r] == nullptr) continue;
+      float w[16];
+      U::load(rows[r], u, K, w);
+#pragma unroll
+      for (int t = 0; t < TB; ++t) {
+        if (t < T) {
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) s = fmaf(w[i], xs[t][i], s);
+          acc[r][t] += s;
+        }
+      }
+    }
+  }
+}
+
+// Sums v[0..N) over the block (blockDim.x a multiple of 32, at most 1024); thread 0 gets the sums.
+template <int N>
+__device__ __forceinline__ void block_reduce_to_first(float (&v)[N]) {
+  __shared__ float partial[32][N];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_sum(v[i]);
+  if (n_warps == 1) return;
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < N; ++i) partial[warp][i] = v[i];
+  __syncthreads();
+  if (threadIdx.x == 0)
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      float s = partial[0][i];
+      for (int w = 1; w < n_warps; ++w) s += partial[w][i];
+      v[i] = s;
+    }
+}
+
+// Threads for a block whose rows have n_units units each: whole warps, at most 128.
+inline int gemv_threads(int64_t n_units) {
+  return static_cast<int>(std::min<int64_t>(128, std::max<int64_t>(32, (n_units + 31) / 32 * 32)));
+}
+
+}  // namespace regolith::cuda
