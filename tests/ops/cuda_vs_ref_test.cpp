@@ -177,5 +177,77 @@ TEST_F(CudaVsRef, WideNormsAndHcRead) {
   report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_read inject");
 }
 
+// The decode matvec (cuda_gemv.cuh) over long rows: every thread of the block takes several units.
+TEST_F(CudaVsRef, MulMatDecodeLongRows) {
+  int64_t K = 2560, N = 37;
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K}) {
+    auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 5, 0.2f));
+    for (int64_t T : {1, 2, 3, 6}) {
+      auto x = random_values(K * T, 200 + T);
+      Tensor oc = cuda->alloc_f32(N, T), orf = ref->alloc_f32(N, T);
+      cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
+      ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
+      report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
+                   std::string("long rows ") + type_name(type) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+// The decode kernels (cuda_gemv.cuh): fused gate+up+SwiGLU and down+sum for 1..8 tokens, with
+// gate/up sharing a type, rows of 640 (whole units, not whole 256-blocks) for down.
+TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
+  int64_t E = 6, k = 3, H = 512, F = 160;
+  for (GgmlType gate_up : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::BF16}) {
+    for (int64_t T : {1, 2, 5}) {
+      auto wg = make_weight("gate", gate_up, {H, F, E, 1}, random_values(H * F * E, 190, 0.1f));
+      auto wu = make_weight("up", gate_up, {H, F, E, 1}, random_values(H * F * E, 191, 0.1f));
+      auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 192, 0.1f));
+      auto logits = random_values(E * T, 193, 2.0f);
+      auto x = random_values(H * T, 194);
+      std::vector<float> out[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
+        be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
+        Tensor tx = upload(*be, x, {H, T, 1, 1});
+        be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids,
+                         .weights = &w, .out = &y});
+        out[i++] = be->read_f32(y);
+      }
+      report_close(out[0], widen(out[1]), matmul_tolerance(H + F),
+                   std::string("moe decode ") + type_name(gate_up) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+// hc_read for one token with four streams: the three-kernel path (down and inject rows sharing a
+// type), with and without inject.
+TEST_F(CudaVsRef, HcReadDecodePath) {
+  int64_t S = 4, H = 640, W = S * H, r = 48;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::BF16, GgmlType::F32}) {
+    auto R = random_values(W, 160, 2.0f);
+    auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 161));
+    auto down = make_weight("down", type, {W, r, 1, 1}, random_values(W * r, 162, 0.05f));
+    auto up = make_weight("up", type, {r, W, 1, 1}, random_values(r * W, 163, 0.5f));
+    auto inject = make_weight("inject", type, {W, S, 1, 1}, random_values(W * S, 164, 0.05f));
+    for (bool with_inject : {true, false}) {
+      std::vector<float> x[2], iw[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor tR = upload(*be, R, {W, 1, 1, 1}), tx = be->alloc_f32(H, 1), tiw = be->alloc_f32(S, 1);
+        be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w,
+                     .inject = with_inject ? &inject->w : nullptr, .n_streams = S, .eps = 1e-6f, .x = &tx,
+                     .inject_w = with_inject ? &tiw : nullptr});
+        x[i] = be->read_f32(tx);
+        if (with_inject) iw[i] = be->read_f32(tiw);
+        ++i;
+      }
+      std::string what = std::string("hc_read decode ") + type_name(type) + (with_inject ? "" : " no inject");
+      report_close(x[0], widen(x[1]), matmul_tolerance(W), what + " x");
+      if (with_inject) report_close(iw[0], widen(iw[1]), matmul_tolerance(W), what + " inject");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace regolith::test
