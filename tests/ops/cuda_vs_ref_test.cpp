@@ -188,7 +188,7 @@ TEST_F(CudaVsRef, MulMatDecodeLongRows) {
       cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
       ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
       report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
-                   std::string("long rows ") + type_name(type) + " T=" + std::to_string(T));
+                   "long rows " + std::string(type_name(type)) + " T=" + std::to_string(T));
     }
   }
 }
@@ -215,7 +215,7 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
         out[i++] = be->read_f32(y);
       }
       report_close(out[0], widen(out[1]), matmul_tolerance(H + F),
-                   std::string("moe decode ") + type_name(gate_up) + " T=" + std::to_string(T));
+                   "moe decode " + std::string(type_name(gate_up)) + " T=" + std::to_string(T));
     }
   }
 }
@@ -242,7 +242,7 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
         if (with_inject) iw[i] = be->read_f32(tiw);
         ++i;
       }
-      std::string what = std::string("hc_read decode ") + type_name(type) + (with_inject ? "" : " no inject");
+      std::string what = "hc_read decode " + std::string(type_name(type)) + (with_inject ? "" : " no inject");
       report_close(x[0], widen(x[1]), matmul_tolerance(W), what + " x");
       if (with_inject) report_close(iw[0], widen(iw[1]), matmul_tolerance(W), what + " inject");
     }
