@@ -223,7 +223,7 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 // hc_read for one token with four streams: the three-kernel path (down and inject rows sharing a
 // type), with and without inject.
 TEST_F(CudaVsRef, HcReadDecodePath) {
-  int64_t S = 4, H = 640, W = S * H, r = 48;
+  int64_t S = 4, H = 640, W = S * H, r = 64;
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::BF16, GgmlType::F32}) {
     auto R = random_values(W, 160, 2.0f);
     auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 161));
@@ -246,6 +246,130 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
       report_close(x[0], widen(x[1]), matmul_tolerance(W), what + " x");
       if (with_inject) report_close(iw[0], widen(iw[1]), matmul_tolerance(W), what + " inject");
     }
+  }
+}
+
+// The prefill products run on tensor cores with each operand split into two TF32 parts (v = hi +
+// lo, hi = v rounded to 11 significant bits, lo = the rest rounded again) and the sum hi·hi +
+// hi·lo + lo·hi (cuda_gemm.cuh). Per product the dropped terms are below
+//   |w − hi_w − lo_w|·|hi_x| + |hi_w|·|x − hi_x − lo_x| + |w − hi_w|·|x − hi_x|
+//   <= 2^-22·(1 + 2^-11)·|w||x|·2 + 2^-22·|w||x|  <  3.001·2^-22·|w||x|,
+// so each output may differ from the float64 product by 3.001·2^-22·Σ_k |w_k||x_k| plus FP32
+// accumulation (the matvec tolerance above). Weights in several types, K spanning many chunks and
+// one ending in a partial chunk, token counts around the 64-column tile, rows that leave a partial
+// tile, and activations with a few large channels.
+TEST_F(CudaVsRef, MulMatTensorCoreWithinSplitTf32Bound) {
+  struct Case {
+    GgmlType type;
+    int64_t K;
+  };
+  const int64_t N = 150;
+  for (Case c : {Case{GgmlType::F32, 2560}, Case{GgmlType::F16, 2560}, Case{GgmlType::BF16, 2560},
+                 Case{GgmlType::Q8_0, 2560}, Case{GgmlType::Q4_K, 2560}, Case{GgmlType::Q6_K, 2560},
+                 Case{GgmlType::IQ4_XS, 2560}, Case{GgmlType::F32, 100}}) {
+    if (!can_quantize(c.type)) continue;
+    auto w = make_weight("w", c.type, {c.K, N, 1, 1}, random_values(c.K * N, 11, 0.05f));
+    const auto wv = w->values();
+    for (int64_t T : {9, 64, 65, 200}) {
+      auto x = random_values(c.K * T, 12 + T);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 3; k < c.K; k += 97) x[t * c.K + k] *= 300.0f;  // a few large channels
+      Tensor out = cuda->alloc_f32(N, T);
+      cuda->mul_mat(w->w, upload(*cuda, x, {c.K, T, 1, 1}), out);
+      const auto got = cuda->read_f32(out);
+      std::vector<double> want(N * T), mass(N * T);  // W·x and Σ|w||x| in float64
+      double scale = 1;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0, m = 0;
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double p = static_cast<double>(wv[n * c.K + k]) * x[t * c.K + k];
+            s += p;
+            m += std::fabs(p);
+          }
+          want[t * N + n] = s, mass[t * N + n] = m;
+          scale = std::max(scale, std::fabs(s));
+        }
+      const double split_tf32 = 3.001 * std::ldexp(1.0, -22), accumulation = matmul_tolerance(c.K) * scale;
+      double worst = 0, worst_of_bound = 0;
+      int64_t over = 0;
+      for (int64_t i = 0; i < N * T; ++i) {
+        const double err = std::fabs(got[i] - want[i]), bound = split_tf32 * mass[i] + accumulation;
+        worst = std::max(worst, err);
+        worst_of_bound = std::max(worst_of_bound, err / bound);
+        if (!(err <= bound)) ++over;  // NaN counts
+      }
+      const std::string what = std::string(type_name(c.type)) + " K=" + std::to_string(c.K) + " T=" + std::to_string(T);
+      std::printf("[cuda-vs-ref] mul_mat_tc %-20s max rel err %.3e (worst err/bound %.3f)\n", what.c_str(),
+                  worst / scale, worst_of_bound);
+      EXPECT_EQ(over, 0) << what << ": " << over << " outputs beyond the split-TF32 bound";
+    }
+  }
+}
+
+// Prefill MoE with the pairs grouped on the device: one expert with several 64-pair tiles, experts
+// with one pair or none, three weight types.
+TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
+  const int64_t E = 40, k = 4, H = 256, F = 160, T = 150;
+  auto wg = make_weight("gate", GgmlType::Q8_0, {H, F, E, 1}, random_values(H * F * E, 95, 0.1f));
+  auto wu = make_weight("up", GgmlType::F16, {H, F, E, 1}, random_values(H * F * E, 96, 0.1f));
+  auto wd = make_weight("down", GgmlType::Q4_K, {F, H, E, 1}, random_values(F * H * E, 97, 0.1f));
+  auto logits = random_values(E * T, 98, 2.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    logits[t * E] += 6.0f;                                       // expert 0 in (nearly) every token
+    for (int64_t e = 30; e < E; ++e) logits[t * E + e] -= 20.0f;  // experts 30.. never chosen
+  }
+  logits[7 * E + 31] = 40.0f;  // ... except expert 31, once
+  auto x = random_values(H * T, 99);
+  std::vector<float> out[2];
+  std::vector<int32_t> ids_got[2];
+  int i = 0;
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
+    be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
+    Tensor tx = upload(*be, x, {H, T, 1, 1});
+    be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w,
+                     .out = &y});
+    ids_got[i] = be->read_i32(ids);
+    out[i] = be->read_f32(y);
+    ++i;
+  }
+  EXPECT_EQ(ids_got[0], ids_got[1]);
+  report_close(out[0], widen(out[1]), matmul_tolerance(H + F), "moe_experts grouped E=40");
+}
+
+// The chunked scan over many chunks (more than one round of the chunk kernels at T = 2100), with
+// fast and slow decay, odd head widths and the model's 128 × 128 heads, against the reference.
+TEST_F(CudaVsRef, GdnChunkedLongScans) {
+  struct Case {
+    int64_t nk, nv, dk, dv, T;
+    float decay;  // g = −decay·u, u uniform in (0, 1)
+  };
+  for (Case c : {Case{2, 4, 128, 40, 300, 1.0f}, Case{2, 4, 128, 40, 1000, 1.0f}, Case{2, 4, 128, 40, 2100, 0.02f},
+                 Case{1, 3, 5, 19, 130, 0.5f}, Case{2, 2, 128, 128, 200, 0.05f}}) {
+    const int64_t C = 2 * c.nk * c.dk + c.nv * c.dv;
+    auto qkv = random_values(C * c.T, 200 + c.T);
+    std::vector<float> g(c.nv * c.T), beta(c.nv * c.T);
+    std::mt19937 rng(static_cast<uint32_t>(c.T));
+    std::uniform_real_distribution<float> u(0, 1);
+    for (auto& v : g) v = -c.decay * u(rng);
+    for (auto& v : beta) v = u(rng);
+    auto s0 = random_values(c.dv * c.dk * c.nv, 201, 0.3f);
+    std::vector<float> out[2], state[2];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tq = upload(*be, qkv, {C, c.T, 1, 1}), tg = upload(*be, g, {c.nv, c.T, 1, 1}),
+             tb = upload(*be, beta, {c.nv, c.T, 1, 1});
+      Tensor st = upload(*be, s0, {c.dv, c.dk, c.nv, 1}), o = be->alloc_f32(c.dv * c.nv, c.T);
+      be->gdn_chunked({.qkv = &tq, .g = &tg, .beta = &tb, .state = &st, .out = &o, .n_k_heads = c.nk,
+                       .n_v_heads = c.nv, .dk = c.dk, .dv = c.dv});
+      out[i] = be->read_f32(o);
+      state[i] = be->read_f32(st);
+      ++i;
+    }
+    const std::string what = "dk=" + std::to_string(c.dk) + " dv=" + std::to_string(c.dv) + " T=" + std::to_string(c.T);
+    report_close(out[0], widen(out[1]), 2e-6, "gdn_chunked out " + what);
+    report_close(state[0], widen(state[1]), 2e-6, "gdn_chunked state " + what);
   }
 }
 
