@@ -1,5 +1,5 @@
-// Backend-independent pieces of ops.h: tensor views, host reads, and the prefill/decode
-// dispatch of the GDN scan.
+// Backend-independent pieces of ops.h: tensor views, host reads, products that share an input,
+// and the prefill/decode dispatch of the GDN scan.
 #include <cstring>
 
 #include "backend/ops.h"
@@ -27,6 +27,11 @@ std::vector<int32_t> Backend::read_i32(const Tensor& t) {
   std::vector<int32_t> out(t.n_elements());
   read(t, out.data(), out.size() * sizeof(int32_t));
   return out;
+}
+
+void Backend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
+  if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
+  for (size_t i = 0; i < ws.size(); ++i) mul_mat(*ws[i], x, *outs[i]);
 }
 
 void Backend::gdn_scan(const GdnScanArgs& a) {

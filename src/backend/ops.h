@@ -166,6 +166,9 @@ class Backend {
   virtual void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) = 0;
   // out [N, T] = W·x; W {K, N}, x [K, T].
   virtual void mul_mat(const Weight& w, const Tensor& x, Tensor& out) = 0;
+  // outs[i] = ws[i]·x for weights that share one input (a layer's projections); a backend may run
+  // them together. The default calls mul_mat for each.
+  virtual void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs);
   // out = a + b (same shape; out may alias a).
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   // out [S·H, T]: every stream a copy of x [H, T].

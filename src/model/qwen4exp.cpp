@@ -4,6 +4,7 @@
 // Each line is one backend op on named tensors; every intermediate is offered to the trace hook.
 #include "model/qwen4exp.h"
 
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -69,6 +70,18 @@ class Forward {
     be_.mul_mat(w, x, out);
     return out;
   }
+  // The products of several weights with one input, in the order given.
+  template <size_t N>
+  std::array<Tensor, N> mul_mats(const std::array<const Weight*, N>& ws, const Tensor& x) {
+    std::array<Tensor, N> outs;
+    std::array<Tensor*, N> out_ptrs;
+    for (size_t i = 0; i < N; ++i) {
+      outs[i] = f32(ws[i]->ne[1], x.ne(1));
+      out_ptrs[i] = &outs[i];
+    }
+    be_.mul_mat_shared_input(ws, x, out_ptrs);
+    return outs;
+  }
   Tensor rms_norm(const Tensor& x, const Weight& w, int64_t group) {
     Tensor out = f32(x.ne(0), x.ne(1), x.ne(2));
     be_.rms_norm(x, &w, group, static_cast<float>(hp_.rms_eps), out);
@@ -133,9 +146,7 @@ class Forward {
   Tensor gdn(int64_t il, const GdnWeights& w, const Tensor& a) {
     Qwen4ExpLayerState& ls = st_.layers[il];
     int64_t nv = hp_.ssm_n_v_heads;
-    Tensor qkv = mul_mat(w.qkv, a);
-    Tensor z = mul_mat(w.gate, a);
-    Tensor alpha = mul_mat(w.alpha, a), beta_raw = mul_mat(w.beta, a);
+    auto [qkv, z, alpha, beta_raw] = mul_mats<4>({&w.qkv, &w.gate, &w.alpha, &w.beta}, a);
     Tensor u = f32(hp_.ssm_conv_dim(), T_);
     be_.causal_conv(qkv, ls.conv, w.conv, 1, u);
     trace("gdn.conv", il, u);
@@ -161,22 +172,21 @@ class Forward {
     int64_t ratio = hp_.compress_ratios[il], n0 = st_.n_past, n_end = n0 + T_;
     float theta = static_cast<float>(hp_.rope_theta);
     // Main attention q (with its output gate), k, v; k and v join the cache.
-    Tensor qg = mul_mat(w.q, a).reshaped({2 * hd, nh, T_, 1});
+    auto [q_proj, k_proj, v, iq_proj, ik] = mul_mats<5>({&w.q, &w.k, &w.v, &w.index_q, &w.index_k}, a);
+    Tensor qg = q_proj.reshaped({2 * hd, nh, T_, 1});
     Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_);
     be_.split_q_gate(qg, q, gate);
     q = rms_norm(q, w.q_norm, hd);
     be_.rope(q, positions_, hp_.n_rot, theta);
-    Tensor k = rms_norm(mul_mat(w.k, a).reshaped({hd, nkv, T_, 1}), w.k_norm, hd);
+    Tensor k = rms_norm(k_proj.reshaped({hd, nkv, T_, 1}), w.k_norm, hd);
     be_.rope(k, positions_, hp_.n_rot, theta);
-    Tensor v = mul_mat(w.v, a);
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);
     be_.copy(k, 0, ls.k, n0 * hd * nkv, T_ * hd * nkv);
     be_.copy(v, 0, ls.v, n0 * hd * nkv, T_ * hd * nkv);
     // Indexer: queries normed + rotated; raw keys cached; blocks completed by this chunk pooled.
-    Tensor iq = rms_norm(mul_mat(w.index_q, a).reshaped({di, hp_.indexer_n_head, T_, 1}), w.index_q_norm, di);
+    Tensor iq = rms_norm(iq_proj.reshaped({di, hp_.indexer_n_head, T_, 1}), w.index_q_norm, di);
     be_.rope(iq, positions_, hp_.n_rot, theta);
-    Tensor ik = mul_mat(w.index_k, a);
     be_.copy(ik, 0, ls.index_keys, n0 * di, T_ * di);
     int64_t nb = n_end / ratio;
     if (nb > ls.n_pooled) {
@@ -203,17 +213,18 @@ class Forward {
 
   Tensor moe(int64_t il, const MoeWeights& w, const Tensor& m) {
     int64_t H = hp_.n_embd, k = hp_.n_expert_used;
-    Tensor router = mul_mat(w.router, m);
+    auto [router, shared_g, shared_u, shared_s] =
+        mul_mats<4>({&w.router, &w.shared_gate, &w.shared_up, &w.shared_gate_inp}, m);
     trace("moe.router", il, router);
-    Tensor ids = be_.alloc(DType::I32, {k, T_, 1, 1}), weights = f32(k, T_);
+    Tensor ids = be_.alloc_output(DType::I32, {k, T_, 1, 1}), weights = f32(k, T_);
     be_.moe_route(router, k, ids, weights);
     Tensor y = f32(H, T_);
     be_.moe_experts({.x = &m, .gate_exps = &w.gate_exps, .up_exps = &w.up_exps, .down_exps = &w.down_exps,
                      .ids = &ids, .weights = &weights, .out = &y});
     trace("moe.routed", il, y);
     Tensor sh = f32(hp_.n_ff_shexp, T_);
-    be_.swiglu(mul_mat(w.shared_gate, m), mul_mat(w.shared_up, m), sh);
-    be_.add_sigmoid_gated(y, mul_mat(w.shared_down, sh), mul_mat(w.shared_gate_inp, m));
+    be_.swiglu(shared_g, shared_u, sh);
+    be_.add_sigmoid_gated(y, mul_mat(w.shared_down, sh), shared_s);
     trace("moe.out", il, y);
     return y;
   }

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
 
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
   void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;
+  void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) override;
@@ -119,6 +120,17 @@ class CudaBackend final : public Backend {
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
+
+  // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream is kept in capture, so everything queued
+  // between two host waits (a decode step: ops from one logits read to the next) becomes one
+  // graph, launched when the host next has to wait. The previous executable graph is updated
+  // in place when only parameters changed (pointers, sizes), which costs less than a new one.
+  // Host waits and uploads from pageable memory, which a capture cannot hold, call flush()
+  // first and resume() after.
+  void flush();
+  void resume();
+  bool graphs_ = false, capturing_ = false;
+  cudaGraphExec_t graph_exec_ = nullptr;
 };
 
 }  // namespace regolith::cuda

@@ -82,7 +82,26 @@ __global__ void conv_history_kernel(const float* x, const float* hist, int64_t C
   next_hist[i] = conv_seq(hist, x, L, C, T + r, c);
 }
 
+// A few tokens (decode): one thread per channel computes its outputs and then moves its own
+// history forward, so the history is updated in the same launch.
+__global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
+                                        int64_t dil, float* out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t L = (K - 1) * dil;
+  for (int64_t t = 0; t < T; ++t) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k)
+      s += static_cast<double>(w[c * K + k]) * conv_seq(hist, x, L, C, L + t - (K - 1 - k) * dil, c);
+    out[t * C + c] = static_cast<float>(silu_d(s));
+  }
+  // The new history is the last L rows of [history | x]; row j of it is row T + j of the old
+  // sequence, so ascending j reads each old row before it is overwritten.
+  for (int64_t j = 0; j < L; ++j) hist[j * C + c] = conv_seq(hist, x, L, C, T + j, c);
+}
+
 constexpr int kThreads = 256;
+constexpr int64_t kConvStepTokens = 8;
 
 }  // namespace
 
@@ -176,6 +195,14 @@ void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w,
   expect_shape(history, {C, L, 1, 1}, "causal_conv", "history");
   expect_shape(out, x.ne(), "causal_conv", "out");
   const float* wv = values(w);
+  if (T <= kConvStepTokens) {
+    if (C * T > 0) {
+      causal_conv_step_kernel<<<blocks_for(C, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), wv, C, T, K,
+                                                                                 dilation, out.f32());
+      check_launch("causal_conv_step_kernel");
+    }
+    return;
+  }
   if (C * T > 0) {
     causal_conv_kernel<<<blocks_for(C * T, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), wv, C, T, K,
                                                                               dilation, out.f32());

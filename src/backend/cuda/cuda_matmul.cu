@@ -2,6 +2,9 @@
 // Few tokens (decode): types with a unit loader take the coalesced kernel of cuda_gemv.cuh (R rows
 // per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
 // (prefill): 64×64 output tiles (cuda_gemm.cuh).
+#include <span>
+#include <vector>
+
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
@@ -51,14 +54,28 @@ __global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes,
   }
 }
 
-// Rows n0 .. n0+R-1 of W (n0 = R·blockIdx.x) times T <= TB tokens.
+// Up to this many matrices with the same type and input run as one decode launch.
+constexpr int kMaxSegments = 8;
+
+// Matrices of one decode launch: segment s owns blocks [first_block[s], first_block[s + 1]).
+struct GemvBatch {
+  const uint8_t* data[kMaxSegments];
+  uint64_t pitch[kMaxSegments];
+  int64_t n_rows[kMaxSegments];
+  float* out[kMaxSegments];  // [n_rows, T] each
+  unsigned first_block[kMaxSegments + 1];
+  int n_segments;
+};
+
+// Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens.
 template <typename U, int R, int TB>
-__global__ void __launch_bounds__(128) gemv_kernel(const uint8_t* __restrict__ W, uint64_t pitch, int64_t K, int64_t N,
-                                                   const float* __restrict__ x, int T, float* __restrict__ out) {
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
+__global__ void __launch_bounds__(128) gemv_kernel(const GemvBatch b, int64_t K, const float* __restrict__ x, int T) {
+  int s = 0;
+  while (s + 1 < b.n_segments && blockIdx.x >= b.first_block[s + 1]) ++s;
+  const int64_t N = b.n_rows[s], n0 = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * R;
   const uint8_t* rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? W + (n0 + r) * pitch : nullptr;
+  for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? b.data[s] + (n0 + r) * b.pitch[s] : nullptr;
   float acc[R][TB] = {};
   gemv_accumulate<U, R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc);
   float sums[R * TB];
@@ -68,6 +85,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const uint8_t* __restrict__ W
     for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
   block_reduce_to_first(sums);
   if (threadIdx.x != 0) return;
+  float* out = b.out[s];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -75,20 +93,31 @@ __global__ void __launch_bounds__(128) gemv_kernel(const uint8_t* __restrict__ W
       if (n0 + r < N && t < T) out[t * N + n0 + r] = sums[r * TB + t];
 }
 
+// Tokens [t0, t0 + T) of every matrix in ms (one type, rows of K): one launch.
 template <typename U, int R, int TB>
-void launch_gemv(const DeviceMatrix& w, const float* x, int T, float* out, cudaStream_t stream) {
-  gemv_kernel<U, R, TB><<<blocks_for(w.n_rows, R), gemv_threads(w.K / kUnit), 0, stream>>>(w.data, w.row_bytes, w.K,
-                                                                                        w.n_rows, x, T, out);
+void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const float* x,
+                 int64_t t0, int T, cudaStream_t stream) {
+  GemvBatch b{};
+  b.n_segments = static_cast<int>(ms.size());
+  for (size_t i = 0; i < ms.size(); ++i) {
+    b.data[i] = ms[i]->data;
+    b.pitch[i] = ms[i]->row_bytes;
+    b.n_rows[i] = ms[i]->n_rows;
+    b.out[i] = outs[i] + t0 * ms[i]->n_rows;
+    b.first_block[i + 1] = b.first_block[i] + blocks_for(ms[i]->n_rows, R);
+  }
+  gemv_kernel<U, R, TB><<<b.first_block[ms.size()], gemv_threads(K / kUnit), 0, stream>>>(b, K, x + t0 * K, T);
   check_launch("gemv_kernel");
 }
 
 // Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond.
 template <typename U>
-void gemv(const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
-  if (T == 1) return launch_gemv<U, 4, 1>(w, x, 1, out, stream);
-  if (T == 2) return launch_gemv<U, 2, 2>(w, x, 2, out, stream);
+void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const float* x, int64_t T,
+          cudaStream_t stream) {
+  if (T == 1) return launch_gemv<U, 4, 1>(ms, outs, K, x, 0, 1, stream);
+  if (T == 2) return launch_gemv<U, 2, 2>(ms, outs, K, x, 0, 2, stream);
   for (int64_t t0 = 0; t0 < T; t0 += 4)
-    launch_gemv<U, 2, 4>(w, x + t0 * w.K, static_cast<int>(std::min<int64_t>(4, T - t0)), out + t0 * w.n_rows, stream);
+    launch_gemv<U, 2, 4>(ms, outs, K, x, t0, static_cast<int>(std::min<int64_t>(4, T - t0)), stream);
 }
 
 template <typename D>
@@ -127,7 +156,9 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
   if (T == 0 || w.n_rows == 0) return;
   if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
-    dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(w, x, T, out, stream_); });
+    const DeviceMatrix* ms[] = {&w};
+    float* outs[] = {out};
+    dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(ms, outs, w.K, x, T, stream_); });
     return;
   }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(w, x, T, out, stream_); });
@@ -140,6 +171,38 @@ void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
   expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
   expect_shape(out, {N, T, 1, 1}, "mul_mat", "out");
   matmul(matrix(w), x.f32(), T, out.f32());
+}
+
+void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
+  if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
+  const int64_t K = x.ne(0), T = x.ne(1);
+  // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
+  std::vector<const DeviceMatrix*> batch;
+  std::vector<float*> batch_out;
+  std::vector<bool> done(ws.size(), false);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Weight& w = *ws[i];
+    if (w.ne[0] != K || w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " does not take rows of ", K);
+    expect_shape(*outs[i], {w.ne[1], T, 1, 1}, "mul_mat", "out");
+  }
+  if (T <= kMatvecMaxTokens) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const DeviceMatrix& first = matrix(*ws[i]);
+      if (done[i] || !has_unit_loader(first.type, K)) continue;
+      batch.clear();
+      batch_out.clear();
+      for (size_t j = i; j < ws.size() && batch.size() < kMaxSegments; ++j) {
+        const DeviceMatrix& m = matrix(*ws[j]);
+        if (done[j] || m.type != first.type || m.n_rows == 0) continue;
+        batch.push_back(&m);
+        batch_out.push_back(outs[j]->f32());
+        done[j] = true;
+      }
+      if (!batch.empty()) dispatch_unit(first.type, [&](auto unit) { gemv<decltype(unit)>(batch, batch_out, K, x.f32(), T, stream_); });
+    }
+  }
+  for (size_t i = 0; i < ws.size(); ++i)
+    if (!done[i]) matmul(matrix(*ws[i]), x.f32(), T, outs[i]->f32());
 }
 
 }  // namespace regolith::cuda

@@ -1,6 +1,8 @@
 // CUDA backend memory: the device, its stream, pooled tensor storage, host transfers and the
 // upload-once weight caches.
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -78,13 +80,51 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
+  const char* graphs = std::getenv("REGOLITH_CUDA_GRAPHS");
+  graphs_ = graphs && std::string_view(graphs) == "1";
+  resume();
 }
 
 CudaBackend::~CudaBackend() {
+  try {
+    flush();
+  } catch (const Error&) {
+    // The work of a failed capture is lost with the backend anyway.
+  }
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   cudaStreamSynchronize(stream_);
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);
   cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::flush() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(stream_, &graph), "end of graph capture");
+  size_t n_nodes = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &n_nodes), "graph nodes");
+  if (n_nodes > 0) {
+    if (graph_exec_) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(graph_exec_, graph, &info) != cudaSuccess) {
+        cudaGetLastError();  // another shape of step: instantiate it instead
+        cudaGraphExecDestroy(graph_exec_);
+        graph_exec_ = nullptr;
+      }
+    }
+    if (!graph_exec_) check(cudaGraphInstantiate(&graph_exec_, graph, 0), "graph instantiation");
+    check(cudaGraphLaunch(graph_exec_, stream_), "graph launch");
+  }
+  cudaGraphDestroy(graph);
+}
+
+void CudaBackend::resume() {
+  if (!graphs_ || capturing_) return;
+  // Relaxed: the pool may still cudaMalloc a new buffer while a step is captured.
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "start of graph capture");
+  capturing_ = true;
 }
 
 Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero) {
@@ -103,12 +143,16 @@ void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (bytes > kStagingBytes / 4) {
     // From pageable memory the copy is staged before the call returns, so src may go right after.
+    flush();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    resume();
     return;
   }
   if (staging_head_ + bytes > kStagingBytes) {
+    flush();
     check(cudaStreamSynchronize(stream_), "upload (a kernel before it failed)");  // every staged copy is done
     staging_head_ = 0;
+    resume();
   }
   uint8_t* p = staging_ + staging_head_;
   std::memcpy(p, src, bytes);
@@ -123,8 +167,11 @@ void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
 
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
   if (bytes > static_cast<size_t>(src.n_elements()) * 4) fail("read: ", bytes, " bytes from ", src.shape_string());
+  flush();
   check(cudaMemcpyAsync(dst, src.f32(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
   check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
+  staging_head_ = 0;  // every staged upload has landed
+  resume();
 }
 
 void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
@@ -178,6 +225,7 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   auto it = matrices_.find(key);
   if (it != matrices_.end()) return it->second;
   DeviceMatrix m{nullptr, w.type, w.row_bytes, w.ne[0], w.n_rows()};
+  flush();  // the upload waits for its staging buffer
   void* p = nullptr;
   if (has_device_decoder(w.type)) {
     // Staged through a bounded host buffer, whatever the tensor's size.
@@ -204,6 +252,7 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   }
   weight_buffers_.push_back(p);
   m.data = static_cast<const uint8_t*>(p);
+  resume();
   return matrices_.emplace(key, m).first->second;
 }
 
@@ -215,9 +264,11 @@ const float* CudaBackend::values(const Weight& w) {
   std::vector<float> f(static_cast<size_t>(w.n_elements()));
   for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
   void* p = nullptr;
+  flush();  // a pageable upload
   check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
   check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
   weight_buffers_.push_back(p);
+  resume();
   return vectors_.emplace(key, static_cast<const float*>(p)).first->second;
 }
 
