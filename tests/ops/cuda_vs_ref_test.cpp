@@ -193,6 +193,36 @@ TEST_F(CudaVsRef, MulMatDecodeLongRows) {
   }
 }
 
+// Products sharing an input: one launch per type with a unit loader (at most 8 matrices), the
+// rest one by one, every output in its own place.
+TEST_F(CudaVsRef, MulMatSharedInput) {
+  int64_t K = 512;
+  std::vector<std::unique_ptr<OwnedWeight>> ws;
+  int seed = 300;
+  for (auto [type, n] : std::vector<std::pair<GgmlType, int64_t>>{{GgmlType::Q8_0, 70}, {GgmlType::Q4_K, 33},
+                                                                   {GgmlType::Q8_0, 5}, {GgmlType::F32, 9},
+                                                                   {GgmlType::Q5_K, 17}, {GgmlType::Q8_0, 130}})
+    ws.push_back(make_weight("w" + std::to_string(seed), type, {K, n, 1, 1}, random_values(K * n, seed++, 0.2f)));
+  std::vector<const Weight*> wp;
+  for (auto& w : ws) wp.push_back(&w->w);
+  for (int64_t T : {1, 3, 9}) {
+    auto x = random_values(K * T, 400 + T);
+    Tensor xc = upload(*cuda, x, {K, T, 1, 1}), xr = upload(*ref, x, {K, T, 1, 1});
+    std::vector<Tensor> oc;
+    std::vector<Tensor*> op;
+    for (auto& w : ws) oc.push_back(cuda->alloc_f32(w->w.ne[1], T));
+    for (auto& o : oc) op.push_back(&o);
+    cuda->mul_mat_shared_input(wp, xc, op);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      Tensor orf = ref->alloc_f32(ws[i]->w.ne[1], T);
+      ref->mul_mat(ws[i]->w, xr, orf);
+      report_close(cuda->read_f32(oc[i]), widen(ref->read_f32(orf)), matmul_tolerance(K),
+                   "shared input " + std::to_string(i) + " " + std::string(type_name(ws[i]->w.type)) +
+                       " T=" + std::to_string(T));
+    }
+  }
+}
+
 // The decode kernels (cuda_gemv.cuh): fused gate+up+SwiGLU and down+sum for 1..8 tokens, with
 // gate/up sharing a type, rows of 640 (whole units, not whole 256-blocks) for down.
 TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
