@@ -19,31 +19,44 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// One thread per token: top k by logit (softmax is monotone), equal logits to the lower id.
+// One warp per token, lanes over experts: top k by logit (softmax is monotone), equal logits to
+// the lower id; softmax sums in FP64.
 __global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int64_t k, int32_t* ids, float* weights) {
-  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   if (t >= T) return;
   const float* l = logits + t * E;
-  float mxf = l[0];
-  for (int64_t e = 1; e < E; ++e) mxf = fmaxf(mxf, l[e]);
-  const double mx = mxf;
+  float mxf = -INFINITY;
+  for (int64_t e = lane; e < E; e += 32) mxf = fmaxf(mxf, l[e]);
+  const double mx = warp_max(mxf);
   double sum = 0;
-  for (int64_t e = 0; e < E; ++e) sum += exp(static_cast<double>(l[e]) - mx);
+  for (int64_t e = lane; e < E; e += 32) sum += exp(static_cast<double>(l[e]) - mx);
+  sum = warp_sum(sum);
   float prev_l = INFINITY;
   int64_t prev_e = -1;
   double top = 0;
   for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool after_prev = l[e] < prev_l || (l[e] == prev_l && e > prev_e);
-      if (after_prev && (best < 0 || l[e] > l[best])) best = e;
+    // The next expert after (prev_l, prev_e) in (logit descending, id ascending) order.
+    float best_l = -INFINITY;
+    int64_t best_e = -1;
+    for (int64_t e = lane; e < E; e += 32) {
+      const bool after_prev = l[e] < prev_l || (l[e] == prev_l && e > prev_e);
+      if (after_prev && (best_e < 0 || l[e] > best_l)) best_l = l[e], best_e = e;
     }
-    ids[t * k + j] = static_cast<int32_t>(best);
-    top += exp(static_cast<double>(l[best]) - mx) / sum;
-    prev_l = l[best];
-    prev_e = best;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other_l = __shfl_xor_sync(0xffffffffu, best_l, o);
+      const int64_t other_e = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (other_e >= 0 && (best_e < 0 || other_l > best_l || (other_l == best_l && other_e < best_e)))
+        best_l = other_l, best_e = other_e;
+    }
+    if (lane == 0) ids[t * k + j] = static_cast<int32_t>(best_e);
+    top += exp(static_cast<double>(best_l) - mx) / sum;
+    prev_l = best_l;
+    prev_e = best_e;
   }
-  for (int64_t j = 0; j < k; ++j)
+  __syncwarp();  // lane 0's ids are read by every lane
+  for (int64_t j = lane; j < k; j += 32)
     weights[t * k + j] = static_cast<float>(exp(static_cast<double>(l[ids[t * k + j]]) - mx) / sum / top);
 }
 
@@ -193,7 +206,7 @@ void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor
   expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
   expect_shape(weights, {k, T, 1, 1}, "moe_route", "weights");
   if (T == 0) return;
-  moe_route_kernel<<<blocks_for(T, 64), 64, 0, stream_>>>(logits.f32(), E, T, k, ids.i32(), weights.f32());
+  moe_route_kernel<<<blocks_for(T, 4), 128, 0, stream_>>>(logits.f32(), E, T, k, ids.i32(), weights.f32());
   check_launch("moe_route_kernel");
 }
 

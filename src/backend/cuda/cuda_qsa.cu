@@ -182,6 +182,110 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
   }
 }
 
+// Decode (a few tokens): the selected positions of each kv head are cut into chunks of
+// kAttendChunk, one block per (token, kv head, chunk) scoring every query head of the group
+// against each key row it reads once, then a combine pass merges the chunks' softmax partials.
+// Work spreads over many blocks however long the context, and each K/V row is read once per
+// group instead of once per query head.
+constexpr int kAttendChunk = 64;
+constexpr int kAttendMaxGroup = 16;  // query heads per kv head
+constexpr int kAttendThreads = 256;
+constexpr int64_t kAttendMaxTokens = 8;  // beyond, the partials of every token would not pay
+
+// Partials of chunk c for query heads h of group g: m (max score), l (Σ exp(score − m)) and
+// o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·n_chunks + c)·G + h.
+__global__ void __launch_bounds__(kAttendThreads)
+    qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
+                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t n_chunks,
+                            float scale, float* part_m, float* part_l, float* part_o) {
+  extern __shared__ float smem[];
+  const int64_t t = blockIdx.x, g = blockIdx.y, c = blockIdx.z, G = nh / nkv;
+  float* qs = smem;                    // [G][hd]
+  float* p = smem + G * hd;            // [G][kAttendChunk] scores, then exp(score − m)
+  const int64_t j0 = c * kAttendChunk, n = min(static_cast<int64_t>(n_sel[t]) - j0, static_cast<int64_t>(kAttendChunk));
+  const int64_t base = ((t * nkv + g) * n_chunks + c) * G;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  if (n <= 0) {
+    for (int64_t h = threadIdx.x; h < G; h += blockDim.x) part_m[base + h] = -INFINITY, part_l[base + h] = 0.0f;
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[(t * nh + g * G) * hd + i];
+  __syncthreads();
+  const int32_t* s = sel + t * max_sel + j0;
+  // Scores: a warp per position, lanes over the key row.
+  for (int64_t j = warp; j < n; j += n_warps) {
+    float acc[kAttendMaxGroup] = {};
+    const bool valid = s[j] >= 0 && s[j] < cap;
+    if (valid) {
+      const float* kr = kc + (static_cast<int64_t>(s[j]) * nkv + g) * hd;
+      for (int64_t i = lane; i < hd; i += 32) {
+        const float k = kr[i];
+#pragma unroll
+        for (int h = 0; h < kAttendMaxGroup; ++h)
+          if (h < G) acc[h] = fmaf(qs[h * hd + i], k, acc[h]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kAttendMaxGroup; ++h) {
+      if (h >= G) break;
+      const float dot = warp_sum(acc[h]);
+      if (lane == 0) p[h * kAttendChunk + j] = valid ? dot * scale : -INFINITY;
+    }
+  }
+  __syncthreads();
+  // Softmax partials: a warp per query head.
+  for (int64_t h = warp; h < G; h += n_warps) {
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n; j += 32) m = fmaxf(m, p[h * kAttendChunk + j]);
+    m = warp_max(m);
+    float l = 0;
+    for (int64_t j = lane; j < n; j += 32) {
+      const float v = p[h * kAttendChunk + j];
+      const float e = v == -INFINITY ? 0.0f : expf(v - m);
+      p[h * kAttendChunk + j] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) part_m[base + h] = m, part_l[base + h] = l;
+  }
+  __syncthreads();
+  // Weighted values: threads over (head, dimension), each V element read by consecutive threads.
+  for (int64_t idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
+    const int64_t h = idx / hd, i = idx % hd;
+    float o = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float e = p[h * kAttendChunk + j];
+      if (e != 0.0f) o = fmaf(e, vc[(static_cast<int64_t>(s[j]) * nkv + g) * hd + i], o);
+    }
+    part_o[(base + h) * hd + i] = o;
+  }
+}
+
+// out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
+// per (token, query head).
+__global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
+                                          const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
+                                          float* out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
+  const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
+  float M = -INFINITY;
+  for (int64_t c = 0; c < n_chunks; ++c) M = fmaxf(M, part_m[first + c * G]);
+  float L = 0;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const float m = part_m[first + c * G];
+    if (m != -INFINITY) L += expf(m - M) * part_l[first + c * G];
+  }
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    float o = 0;
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const float m = part_m[first + c * G];
+      if (m != -INFINITY) o = fmaf(expf(m - M), part_o[(first + c * G) * hd + i], o);
+    }
+    const int64_t at = (t * nh + h) * hd + i;
+    out[at] = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
@@ -248,6 +352,26 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
   expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   if (nh * T == 0) return;
+  if (T <= kAttendMaxTokens && nh / nkv <= kAttendMaxGroup) {
+    const int64_t G = nh / nkv, n_chunks = (max_sel + kAttendChunk - 1) / kAttendChunk;
+    const int64_t n_parts = T * nkv * n_chunks * G;
+    Tensor m = scratch_f32(n_parts), l = scratch_f32(n_parts), o = scratch_f32(n_parts * hd);
+    size_t smem = static_cast<size_t>(G * (hd + kAttendChunk)) * sizeof(float);
+    if (smem > 48 * 1024)
+      check(cudaFuncSetAttribute(qsa_attend_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(smem)),
+            "qsa_attend_chunk_kernel shared memory");
+    dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_chunks));
+    qsa_attend_chunk_kernel<<<grid, kAttendThreads, smem, stream_>>>(
+        a.q->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel,
+        n_chunks, a.scale, m.f32(), l.f32(), o.f32());
+    check_launch("qsa_attend_chunk_kernel");
+    qsa_attend_combine_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
+                                static_cast<unsigned>(std::min<int64_t>(256, (hd + 31) / 32 * 32)), 0, stream_>>>(
+        a.gate->f32(), m.f32(), l.f32(), o.f32(), hd, nh, nkv, n_chunks, a.out->f32());
+    check_launch("qsa_attend_combine_kernel");
+    return;
+  }
   size_t smem = static_cast<size_t>(std::max<int64_t>(max_sel, 1)) * sizeof(float);
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(qsa_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
