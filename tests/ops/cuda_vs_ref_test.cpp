@@ -201,8 +201,7 @@ TEST_F(CudaVsRef, MulMatSharedInput) {
   int seed = 300;
   for (auto [type, n] : std::vector<std::pair<GgmlType, int64_t>>{{GgmlType::Q8_0, 70}, {GgmlType::Q4_K, 33},
                                                                    {GgmlType::Q8_0, 5}, {GgmlType::F32, 9},
-                                                                   {GgmlType::Q5_K, 17}, {GgmlType::Q8_0, 130}})
-  {
+                                                                   {GgmlType::Q5_K, 17}, {GgmlType::Q8_0, 130}}) {
     ws.push_back(make_weight("w" + std::to_string(seed), type, {K, n, 1, 1}, random_values(K * n, seed, 0.2f)));
     ++seed;
   }
