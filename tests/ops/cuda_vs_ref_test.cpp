@@ -371,13 +371,13 @@ TEST_F(CudaVsRef, MulMatTensorCoreWithinSplitTf32Bound) {
 // Prefill MoE with the pairs grouped on the device: one expert with several 64-pair tiles, experts
 // with one pair or none, three weight types.
 TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
-  const int64_t E = 40, k = 4, H = 256, F = 160, T = 150;
+  const int64_t E = 40, k = 4, H = 256, F = 256, T = 150;
   auto wg = make_weight("gate", GgmlType::Q8_0, {H, F, E, 1}, random_values(H * F * E, 95, 0.1f));
   auto wu = make_weight("up", GgmlType::F16, {H, F, E, 1}, random_values(H * F * E, 96, 0.1f));
   auto wd = make_weight("down", GgmlType::Q4_K, {F, H, E, 1}, random_values(F * H * E, 97, 0.1f));
   auto logits = random_values(E * T, 98, 2.0f);
   for (int64_t t = 0; t < T; ++t) {
-    logits[t * E] += 6.0f;                                       // expert 0 in (nearly) every token
+    logits[t * E] += 6.0f;                                        // expert 0 in (nearly) every token
     for (int64_t e = 30; e < E; ++e) logits[t * E + e] -= 20.0f;  // experts 30.. never chosen
   }
   logits[7 * E + 31] = 40.0f;  // ... except expert 31, once
@@ -389,8 +389,8 @@ TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
     Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
     be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
     Tensor tx = upload(*be, x, {H, T, 1, 1});
-    be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w,
-                     .out = &y});
+    be->moe_experts(
+        {.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w, .out = &y});
     ids_got[i] = be->read_i32(ids);
     out[i] = be->read_f32(y);
     ++i;

@@ -1,9 +1,15 @@
 // CUDA Gated DeltaNet (model-spec §4.4): gates, the delta rule, the sigmoid-gated output norm.
-// The scan gives each warp 32 value columns j of one v head: column j of the state S[i][j] only
-// ever meets column j (decay, S^T k, the rank-1 update, S^T q), so warps never talk to each other.
-// The warp keeps its columns in shared memory in FP64 for the whole call, as the reference does
-// per head, and stores FP32 at the end. Prefill uses the same token-by-token scan (the chunked
-// WY form computes the same function; a tensor-core chunked scan is later work, issue 7).
+//
+// Decode (and heads too wide for the chunk kernels) uses the token-by-token scan: each warp owns
+// 32 value columns j of one v head. Column j of the state S[i][j] only ever meets column j (decay,
+// S^T k, the rank-1 update, S^T q), so warps never talk to each other; the warp keeps its columns
+// in shared memory in FP64 for the whole call, as the reference does per head.
+//
+// Prefill uses the chunked WY form of the CPU backend (cpu_gdn.cpp), in FP32, in two kernels per
+// round of chunks. The first works on every (chunk, v head) at once: everything that does not
+// depend on the carried state (the decayed Gram matrices, the two triangular solves). The second
+// carries the state through the chunks in order, a block per (v head, 32 value columns), with
+// three small matrix products per chunk. Only the second is sequential in T, 64 tokens a step.
 #include "backend/cuda/cuda_backend_impl.cuh"
 
 namespace regolith::cuda {
@@ -113,6 +119,264 @@ void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
   check_launch("gdn_scan_kernel");
 }
 
+constexpr int kChunk = 64;  // tokens per chunk, as the CPU and reference backends
+constexpr int kChunkThreads = 256;
+constexpr int kPassCols = 32;         // value columns per block of the state pass
+constexpr int64_t kRoundChunks = 32;  // chunks prepared per round: bounds the scratch
+
+// What the state pass needs of each (chunk, v head) of a round, item = chunk·nv + head; G is the
+// within-chunk cumulative log decay and L the chunk's last token (padding tokens have g = β = 0).
+struct ChunkTerms {
+  float* Wk;     // [64][dk] (I + A)^-1 diag(β e^G) K, A[t][s] = β_t (k_t·k_s) e^(G_t − G_s) for s < t
+  float* U;      // [64][dv] (I + A)^-1 diag(β) V
+  float* Qd;     // [64][dk] q_t e^(G_t)
+  float* Kd;     // [64][dk] k_t e^(G_L − G_t)
+  float* P;      // [64][64] (q_t·k_s) e^(G_t − G_s) for s <= t, else 0
+  float* decay;  // [1] e^(G_L)
+};
+
+size_t prep_shared_bytes(int64_t dk, int64_t dv) {
+  return kChunk * sizeof(double) + 4 * kChunk * sizeof(float) +
+         kChunk * (dk + 1 + std::max(dk, dv) + 1 + kChunk + 1) * sizeof(float);
+}
+
+size_t pass_shared_bytes(int64_t dk) {
+  return (dk * kPassCols + kChunk * (dk + 1) + kChunk * (kChunk + 1) + kChunk * kPassCols) * sizeof(float);
+}
+
+// Grid (chunks of the round, nv). Shared: G, the per-token factors, k [64][dk+1], q then v
+// [64][max(dk,dv)+1], A [64][65].
+__global__ void __launch_bounds__(kChunkThreads)
+    gdn_chunk_prep_kernel(const float* __restrict__ qkv, const float* __restrict__ g, const float* __restrict__ beta,
+                          int64_t T, int64_t first_chunk, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
+                          ChunkTerms terms) {
+  extern __shared__ double shared_d[];
+  const int64_t h = blockIdx.y, kh = h % nk, t0 = (first_chunk + blockIdx.x) * kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * nv + h, C = 2 * nk * dk + nv * dv;
+  const int L = static_cast<int>(T - t0 < kChunk ? T - t0 : kChunk);
+  const int64_t ldk = dk + 1, ldq = (dk > dv ? dk : dv) + 1;
+  double* G = shared_d;                              // [64]
+  float* bt = reinterpret_cast<float*>(G + kChunk);  // [64] β
+  float* eG = bt + kChunk;                           // [64] e^(G_t)
+  float* eL = eG + kChunk;                           // [64] e^(G_L − G_t)
+  float* bg = eL + kChunk;                           // [64] β e^(G_t)
+  float* Ks = bg + kChunk;                           // [64][ldk] k, then Wk
+  float* QV = Ks + kChunk * ldk;                     // [64][ldq] q, then U
+  float* A = QV + kChunk * ldq;                      // [64][65]
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  // q and k l2-normalised (q also scaled by 1/sqrt(dk)), a warp per token; padding rows are 0.
+  for (int t = warp; t < kChunk; t += kChunkThreads / 32) {
+    const float* row = t < L ? qkv + (t0 + t) * C : nullptr;
+    float ssq = 0, ssk = 0;
+    for (int64_t i = lane; i < dk; i += 32) {
+      const float q = row ? row[kh * dk + i] : 0.0f, k = row ? row[nk * dk + kh * dk + i] : 0.0f;
+      QV[t * ldq + i] = q;
+      Ks[t * ldk + i] = k;
+      ssq += q * q;
+      ssk += k * k;
+    }
+    ssq = warp_sum(ssq);
+    ssk = warp_sum(ssk);
+    const float rq = static_cast<float>(1.0 / sqrt(static_cast<double>(dk)) / sqrt(static_cast<double>(ssq) + 1e-6));
+    const float rk = static_cast<float>(1.0 / sqrt(static_cast<double>(ssk) + 1e-6));
+    for (int64_t i = lane; i < dk; i += 32) {
+      QV[t * ldq + i] *= rq;
+      Ks[t * ldk + i] *= rk;
+    }
+  }
+  if (tid == 0) {
+    double run = 0;
+    for (int t = 0; t < kChunk; ++t) {
+      if (t < L) run += g[(t0 + t) * nv + h];
+      G[t] = run;
+      bt[t] = t < L ? beta[(t0 + t) * nv + h] : 0.0f;
+    }
+    terms.decay[item] = static_cast<float>(exp(run));
+  }
+  __syncthreads();
+  if (tid < kChunk) {
+    eG[tid] = static_cast<float>(exp(G[tid]));
+    eL[tid] = static_cast<float>(exp(G[kChunk - 1] - G[tid]));
+    bg[tid] = static_cast<float>(bt[tid] * exp(G[tid]));
+  }
+
+  // k·kᵀ and q·kᵀ, 4×4 entries per thread (rows t = ty + 16r, columns s = tx + 16c), decayed into
+  // A (shared) and P (scratch).
+  {
+    const int tx = tid % 16, ty = tid / 16;
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int64_t i = 0; i < dk; ++i) {
+      float kt[4], qt[4], ks[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        kt[r] = Ks[(ty + 16 * r) * ldk + i];
+        qt[r] = QV[(ty + 16 * r) * ldq + i];
+        ks[r] = Ks[(tx + 16 * r) * ldk + i];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          kk[r][c] = fmaf(kt[r], ks[c], kk[r][c]);
+          qk[r][c] = fmaf(qt[r], ks[c], qk[r][c]);
+        }
+    }
+    float* P = terms.P + item * kChunk * kChunk;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int t = ty + 16 * r, s = tx + 16 * c;
+        const double d = s <= t ? exp(G[t] - G[s]) : 0.0;
+        A[t * (kChunk + 1) + s] = s < t ? static_cast<float>(bt[t] * static_cast<double>(kk[r][c]) * d) : 0.0f;
+        P[t * kChunk + s] = static_cast<float>(qk[r][c] * d);
+      }
+  }
+  __syncthreads();
+
+  // Qd and Kd to the scratch; k becomes diag(β e^G) k, the right-hand side of Wk.
+  float* Qd = terms.Qd + item * kChunk * dk;
+  float* Kd = terms.Kd + item * kChunk * dk;
+  for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads) {
+    const int64_t t = idx / dk, i = idx % dk;
+    const float k = Ks[t * ldk + i];
+    Qd[idx] = QV[t * ldq + i] * eG[t];
+    Kd[idx] = k * eL[t];
+    Ks[t * ldk + i] = k * bg[t];
+  }
+  __syncthreads();
+  for (int64_t idx = tid; idx < kChunk * dv; idx += kChunkThreads) {  // diag(β) v, the right-hand side of U
+    const int64_t t = idx / dv, j = idx % dv;
+    QV[t * ldq + j] = t < L ? bt[t] * qkv[(t0 + t) * C + 2 * nk * dk + h * dv + j] : 0.0f;
+  }
+  __syncthreads();
+
+  // (I + A) X = RHS by forward substitution, a thread per column of [Wk | U]: columns are
+  // independent, so no barrier inside.
+  for (int64_t col = tid; col < dk + dv; col += kChunkThreads) {
+    float* X = col < dk ? Ks + col : QV + (col - dk);
+    const int64_t ld = col < dk ? ldk : ldq;
+    for (int t = 1; t < kChunk; ++t) {
+      float x = X[t * ld];
+      for (int s = 0; s < t; ++s) x = fmaf(-A[t * (kChunk + 1) + s], X[s * ld], x);
+      X[t * ld] = x;
+    }
+  }
+  __syncthreads();
+  for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads)
+    terms.Wk[item * kChunk * dk + idx] = Ks[(idx / dk) * ldk + idx % dk];
+  for (int64_t idx = tid; idx < kChunk * dv; idx += kChunkThreads)
+    terms.U[item * kChunk * dv + idx] = QV[(idx / dv) * ldq + idx % dv];
+}
+
+// Grid (nv, value-column blocks of 32): carries S[:, j0 .. j0+31] of one head through the chunks
+// of the round. Per chunk, with 8 outputs per thread (rows ty + 32r, columns tx + 8c):
+//   Vn = U − Wk·S     the part of the new values the carried state does not already predict
+//   O  = Qd·S + P·Vn
+//   S  = e^(G_L)·S + Kdᵀ·Vn
+__global__ void __launch_bounds__(kChunkThreads)
+    gdn_state_pass_kernel(ChunkTerms terms, int64_t T, int64_t first_chunk, int64_t n_chunks, int64_t nv, int64_t dk,
+                          int64_t dv, float* __restrict__ state, float* __restrict__ out) {
+  extern __shared__ float shared_f[];
+  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kPassCols, ldk = dk + 1;
+  const int nj = static_cast<int>(dv - j0 < kPassCols ? dv - j0 : kPassCols);
+  float* S = shared_f;                     // [dk][32]
+  float* X = S + dk * kPassCols;           // [64][ldk]: Wk, then Qd, then Kd
+  float* Pm = X + kChunk * ldk;            // [64][65]
+  float* Vn = Pm + kChunk * (kChunk + 1);  // [64][32]
+  const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
+  float* Sh = state + h * dk * dv + j0;
+  for (int64_t idx = tid; idx < dk * kPassCols; idx += kChunkThreads)
+    S[idx] = idx % kPassCols < nj ? Sh[(idx / kPassCols) * dv + idx % kPassCols] : 0.0f;
+  auto load_panel = [&](const float* src) {
+    for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads) X[(idx / dk) * ldk + idx % dk] = src[idx];
+  };
+
+  for (int64_t rc = 0; rc < n_chunks; ++rc) {
+    const int64_t item = rc * nv + h, t0 = (first_chunk + rc) * kChunk;
+    const int L = static_cast<int>(T - t0 < kChunk ? T - t0 : kChunk);
+    load_panel(terms.Wk + item * kChunk * dk);
+    for (int idx = tid; idx < kChunk * kChunk; idx += kChunkThreads)
+      Pm[(idx / kChunk) * (kChunk + 1) + idx % kChunk] = terms.P[item * kChunk * kChunk + idx];
+    for (int idx = tid; idx < kChunk * kPassCols; idx += kChunkThreads)
+      Vn[idx] =
+          idx % kPassCols < nj ? terms.U[item * kChunk * dv + (idx / kPassCols) * dv + j0 + idx % kPassCols] : 0.0f;
+    __syncthreads();
+    {
+      float acc[2][4] = {};
+      for (int64_t i = 0; i < dk; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) Vn[(ty + 32 * r) * kPassCols + tx + 8 * c] -= acc[r][c];
+    }
+    __syncthreads();
+    load_panel(terms.Qd + item * kChunk * dk);
+    __syncthreads();
+    {
+      float acc[2][4] = {};
+      for (int64_t i = 0; i < dk; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+      for (int s = 0; s < kChunk; ++s)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            acc[r][c] = fmaf(Pm[(ty + 32 * r) * (kChunk + 1) + s], Vn[s * kPassCols + tx + 8 * c], acc[r][c]);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int t = ty + 32 * r, j = tx + 8 * c;
+          if (t < L && j < nj) out[(t0 + t) * nv * dv + h * dv + j0 + j] = acc[r][c];
+        }
+    }
+    __syncthreads();
+    load_panel(terms.Kd + item * kChunk * dk);
+    __syncthreads();
+    const float decay = terms.decay[item];
+    for (int64_t i0 = 0; i0 < dk; i0 += kChunk) {
+      float acc[2][4] = {};
+      for (int s = 0; s < kChunk; ++s)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t i = i0 + ty + 32 * r;
+          const float k = i < dk ? X[s * ldk + i] : 0.0f;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(k, Vn[s * kPassCols + tx + 8 * c], acc[r][c]);
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = i0 + ty + 32 * r;
+        if (i < dk)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            S[i * kPassCols + tx + 8 * c] = fmaf(decay, S[i * kPassCols + tx + 8 * c], acc[r][c]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t idx = tid; idx < dk * kPassCols; idx += kChunkThreads)
+    if (idx % kPassCols < nj) Sh[(idx / kPassCols) * dv + idx % kPassCols] = S[idx];
+}
+
+// Opts a kernel into more than 48 KB of dynamic shared memory where it needs it.
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes, const char* what) {
+  if (bytes > 48 * 1024)
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+}
+
 }  // namespace
 
 void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
@@ -136,7 +400,34 @@ void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
 
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
   check_scan(a, "gdn_chunked");
-  if (a.qkv->ne(1) > 0) launch_scan(a, stream_);
+  const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
+  if (T == 0) return;
+  const size_t prep_bytes = prep_shared_bytes(dk, dv), pass_bytes = pass_shared_bytes(dk);
+  int device = 0, max_shared = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory limit");
+  if (std::max(prep_bytes, pass_bytes) > static_cast<size_t>(max_shared)) return launch_scan(a, stream_);
+  allow_shared(gdn_chunk_prep_kernel, prep_bytes, "gdn_chunk_prep_kernel shared memory");
+  allow_shared(gdn_state_pass_kernel, pass_bytes, "gdn_state_pass_kernel shared memory");
+
+  const int64_t n_chunks = (T + kChunk - 1) / kChunk, round = std::min(kRoundChunks, n_chunks), items = round * nv;
+  Tensor scratch = scratch_f32(items * (kChunk * (3 * dk + dv) + kChunk * kChunk + 1));
+  ChunkTerms terms;
+  terms.Wk = scratch.f32();
+  terms.Qd = terms.Wk + items * kChunk * dk;
+  terms.Kd = terms.Qd + items * kChunk * dk;
+  terms.U = terms.Kd + items * kChunk * dk;
+  terms.P = terms.U + items * kChunk * dv;
+  terms.decay = terms.P + items * kChunk * kChunk;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
+    const int64_t n = std::min(round, n_chunks - c0);
+    gdn_chunk_prep_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(nv)), kChunkThreads, prep_bytes,
+                            stream_>>>(a.qkv->f32(), a.g->f32(), a.beta->f32(), T, c0, a.n_k_heads, nv, dk, dv, terms);
+    check_launch("gdn_chunk_prep_kernel");
+    gdn_state_pass_kernel<<<dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes,
+                            stream_>>>(terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
+    check_launch("gdn_state_pass_kernel");
+  }
 }
 
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) {

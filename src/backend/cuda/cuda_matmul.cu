@@ -1,7 +1,7 @@
 // out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
 // Few tokens (decode): types with a unit loader take the coalesced kernel of cuda_gemv.cuh (R rows
 // per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
-// (prefill): 64×64 output tiles (cuda_gemm.cuh).
+// (prefill): 64×64 tensor-core tiles (cuda_gemm.cuh).
 #include <span>
 #include <vector>
 
@@ -120,13 +120,15 @@ void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
     launch_gemv<U, 2, 4>(ms, outs, K, x, t0, static_cast<int>(std::min<int64_t>(4, T - t0)), stream);
 }
 
+// Grid (token tiles, row tiles).
 template <typename D>
-__global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K,
-                                                            int64_t N, const float* __restrict__ x, int64_t T,
-                                                            float* __restrict__ out) {
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
-  gemm_tile<D>(W, row_bytes, K, N, static_cast<int64_t>(blockIdx.x) * kGemmTile, T - t0 < kGemmTile ? T - t0 : kGemmTile, x,
-               [=](int tt) { return t0 + tt; }, out, [=](int tt) { return t0 + tt; });
+__global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
+    gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N, const float* __restrict__ x,
+                int64_t T, bool x_vec4, float* __restrict__ out) {
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols;
+  gemm_tile<D>(
+      W, row_bytes, K, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, T - t0 < kGemmCols ? T - t0 : kGemmCols, x,
+      [=](int tt) { return t0 + tt; }, x_vec4, out, [=](int tt) { return t0 + tt; });
 }
 
 template <typename D>
@@ -145,8 +147,8 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
       matvec_kernel<D, 8><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
     check_launch("matvec_kernel");
   } else {
-    dim3 grid(blocks_for(N, kGemmTile), blocks_for(T, kGemmTile));
-    gemm_kernel<D><<<grid, kGemmThreads, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, out);
+    dim3 grid(blocks_for(T, kGemmCols), gemm_row_blocks(N));
+    gemm_kernel<D><<<grid, kGemmThreads, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K), out);
     check_launch("gemm_kernel");
   }
 }

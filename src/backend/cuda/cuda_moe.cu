@@ -3,7 +3,7 @@
 // two fused kernels over the unit loaders of cuda_gemv.cuh (gate + up + SwiGLU, then down + the
 // weighted sum), or, for types without one, expert-indexed matvecs, each (token, slot) pair
 // reading its expert's rows once. More: the pairs
-// are grouped by expert on the host and each expert runs the prefill tile (cuda_gemm.cuh) over
+// are grouped by expert on the device and each expert runs the prefill tile (cuda_gemm.cuh) over
 // its own pairs, so an expert's weights are read once per 64 of its tokens.
 #include <algorithm>
 #include <vector>
@@ -145,27 +145,115 @@ __global__ void __launch_bounds__(128)
     if (n0 + r < H) out[t * H + n0 + r] = acc[r];
 }
 
-// Grid (row tiles, column tiles, E): expert e's pairs are list[offsets[e] .. offsets[e+1]).
+// Column tile of the grouped expert products: pairs list[first .. first + count) of one expert.
+struct ExpertTile {
+  int32_t expert, first, count;
+};
+
+// Grid (column tiles, row tiles), sized for the most tiles any routing can need: tiles from
+// *n_tiles on exit at once.
 template <typename D>
-__global__ void __launch_bounds__(kGemmThreads)
+__global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
     expert_gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
-                       const int32_t* __restrict__ list, const int32_t* __restrict__ offsets, int64_t k,
-                       const float* __restrict__ x, bool x_per_pair, float* __restrict__ out) {
-  const int64_t e = blockIdx.z, begin = offsets[e], count = offsets[e + 1] - begin;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kGemmTile;
-  if (c0 >= count) return;
-  const int32_t* pairs = list + begin + c0;
-  gemm_tile<D>(W + e * N * row_bytes, row_bytes, K, N, static_cast<int64_t>(blockIdx.x) * kGemmTile,
-               count - c0 < kGemmTile ? count - c0 : kGemmTile, x,
-               [=](int c) { return static_cast<int64_t>(x_per_pair ? pairs[c] : pairs[c] / k); }, out,
-               [=](int c) { return static_cast<int64_t>(pairs[c]); });
+                       const ExpertTile* __restrict__ tiles, const int32_t* __restrict__ n_tiles,
+                       const int32_t* __restrict__ list, int64_t k, const float* __restrict__ x, bool x_per_pair,
+                       bool x_vec4, float* __restrict__ out) {
+  if (static_cast<int32_t>(blockIdx.x) >= *n_tiles) return;
+  const ExpertTile tile = tiles[blockIdx.x];
+  const int32_t* pairs = list + tile.first;
+  gemm_tile<D>(
+      W + tile.expert * N * row_bytes, row_bytes, K, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, tile.count, x,
+      [=](int c) { return static_cast<int64_t>(x_per_pair ? pairs[c] : pairs[c] / k); }, x_vec4, out,
+      [=](int c) { return static_cast<int64_t>(pairs[c]); });
 }
 
-// The (token, slot) pairs grouped by expert, on the device.
+// A stable counting sort of the (token, slot) pairs by expert, in one block. Warp w owns the
+// pairs [w·seg, (w+1)·seg); count[w][e] first counts its pairs of expert e, then becomes the list
+// slot of the next one. Pairs with an invalid expert id are left out and their rows of dn zeroed,
+// so they add nothing (as in the decode kernels).
+__global__ void group_pairs_kernel(const int32_t* __restrict__ ids, int64_t pairs, int64_t E,
+                                   int32_t* __restrict__ list, ExpertTile* __restrict__ tiles,
+                                   int32_t* __restrict__ n_tiles, float* __restrict__ dn, int64_t H) {
+  extern __shared__ int32_t shared[];
+  const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int32_t* count = shared;               // [n_warps][E]
+  int32_t* total = count + n_warps * E;  // [E]
+  int32_t* first = total + E;            // [E]: the expert's first list slot
+  int32_t* first_tile = first + E;       // [E]
+  const int64_t seg = (pairs + n_warps - 1) / n_warps;
+  const int64_t begin = min(pairs, warp * seg), end = min(pairs, begin + seg);
+  for (int64_t i = threadIdx.x; i < n_warps * E; i += blockDim.x) count[i] = 0;
+  __syncthreads();
+  for (int64_t p = begin + lane; p < end; p += 32) {
+    const int32_t e = ids[p];
+    if (e >= 0 && e < E)
+      atomicAdd(&count[warp * E + e], 1);
+    else
+      for (int64_t d = 0; d < H; ++d) dn[p * H + d] = 0.0f;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t run = 0;
+    for (int w = 0; w < n_warps; ++w) {
+      const int32_t c = count[w * E + e];
+      count[w * E + e] = run;
+      run += c;
+    }
+    total[e] = run;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // a few hundred additions: a parallel scan would not pay
+    int32_t slot = 0, tile = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      first[e] = slot;
+      first_tile[e] = tile;
+      slot += total[e];
+      tile += (total[e] + kGemmCols - 1) / kGemmCols;
+    }
+    *n_tiles = tile;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int w = 0; w < n_warps; ++w) count[w * E + e] += first[e];
+    for (int32_t c = 0; c < total[e]; c += kGemmCols)
+      tiles[first_tile[e] + c / kGemmCols] = {static_cast<int32_t>(e), first[e] + c, min(kGemmCols, total[e] - c)};
+  }
+  __syncthreads();
+  // Lanes with the same expert take consecutive slots in lane order: pair order within an expert.
+  for (int64_t p0 = begin; p0 < end; p0 += 32) {
+    const int64_t p = p0 + lane;
+    const int32_t e = p < end ? ids[p] : -1;
+    const bool valid = e >= 0 && e < E;
+    const unsigned peers = __match_any_sync(0xffffffffu, valid ? e : -1);
+    const int rank = __popc(peers & ((1u << lane) - 1));
+    if (valid) list[count[warp * E + e] + rank] = static_cast<int32_t>(p);
+    __syncwarp();
+    if (valid && rank == 0) count[warp * E + e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// The pairs grouped by expert, on the device: list (pairs of expert 0, then 1, ...) and its
+// column tiles; max_tiles bounds their number (each expert's last tile may be partial).
 struct ExpertGroups {
-  Tensor list, offsets;
-  int64_t max_count = 0;
+  Tensor list, tiles, n_tiles;
+  int64_t max_tiles = 0;
 };
+
+ExpertGroups group_pairs(CudaBackend& be, const int32_t* ids, int64_t pairs, int64_t E, float* dn, int64_t H) {
+  constexpr int64_t kSharedBytes = 48 * 1024;
+  const int64_t warps = std::min<int64_t>(16, kSharedBytes / (4 * E) - 3);
+  if (warps < 1) fail("moe_experts: ", E, " experts are too many for the grouping kernel");
+  ExpertGroups groups;
+  groups.max_tiles = blocks_for(pairs, kGemmCols) + E;
+  groups.list = be.scratch_bytes(static_cast<size_t>(pairs) * sizeof(int32_t));
+  groups.tiles = be.scratch_bytes(static_cast<size_t>(groups.max_tiles) * sizeof(ExpertTile));
+  groups.n_tiles = be.scratch_bytes(sizeof(int32_t));
+  group_pairs_kernel<<<1, static_cast<unsigned>(warps * 32), static_cast<size_t>((warps + 3) * E * 4), be.stream()>>>(
+      ids, pairs, E, groups.list.i32(), reinterpret_cast<ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), dn, H);
+  check_launch("group_pairs_kernel");
+  return groups;
+}
 
 __global__ void moe_combine_kernel(const float* down, const float* weights, int64_t H, int64_t k, int64_t T, float* y) {
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -187,12 +275,13 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
   check_launch("expert_matvec_kernel");
 }
 
-void expert_gemm(const DeviceMatrix& w, int64_t N, int64_t E, const ExpertGroups& groups, int64_t k, const float* x,
+void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k, const float* x,
                  bool x_per_pair, float* out, cudaStream_t stream) {
-  dim3 grid(blocks_for(N, kGemmTile), blocks_for(groups.max_count, kGemmTile), static_cast<unsigned>(E));
+  dim3 grid(static_cast<unsigned>(groups.max_tiles), gemm_row_blocks(N));
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     expert_gemm_kernel<decltype(dq)><<<grid, kGemmThreads, 0, stream>>>(
-        w.data, w.row_bytes, w.K, N, groups.list.i32(), groups.offsets.i32(), k, x, x_per_pair, out);
+        w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(),
+        groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
   check_launch("expert_gemm_kernel");
@@ -248,25 +337,12 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     swiglu(g, u, h);
     expert_matvec(md, H, E, ids, k, pairs, h.f32(), true, dn.f32(), stream_);
   } else {
-    // Counting sort of the pairs by expert (the ids come back to the host: a sync per prefill MoE).
-    std::vector<int32_t> ids = read_i32(*a.ids), offsets(E + 1, 0), list(pairs);
-    for (int32_t e : ids) {
-      if (e < 0 || e >= E) fail("moe_experts: expert id ", e, " out of range");
-      ++offsets[e + 1];
-    }
-    ExpertGroups groups;
-    for (int64_t e = 0; e < E; ++e) {
-      groups.max_count = std::max<int64_t>(groups.max_count, offsets[e + 1]);
-      offsets[e + 1] += offsets[e];
-    }
-    std::vector<int32_t> fill(offsets.begin(), offsets.end() - 1);
-    for (int64_t p = 0; p < pairs; ++p) list[fill[ids[p]]++] = static_cast<int32_t>(p);
-    groups.list = upload_scratch(std::span<const int32_t>(list));
-    groups.offsets = upload_scratch(std::span<const int32_t>(offsets));
-    expert_gemm(matrix(wg), F, E, groups, k, a.x->f32(), false, g.f32(), stream_);
-    expert_gemm(matrix(wu), F, E, groups, k, a.x->f32(), false, u.f32(), stream_);
+    // Grouped by expert on the device: no host sync in a prefill MoE.
+    ExpertGroups groups = group_pairs(*this, a.ids->i32(), pairs, E, dn.f32(), H);
+    expert_gemm(matrix(wg), F, groups, k, a.x->f32(), false, g.f32(), stream_);
+    expert_gemm(matrix(wu), F, groups, k, a.x->f32(), false, u.f32(), stream_);
     swiglu(g, u, h);
-    expert_gemm(matrix(wd), H, E, groups, k, h.f32(), true, dn.f32(), stream_);
+    expert_gemm(matrix(wd), H, groups, k, h.f32(), true, dn.f32(), stream_);
   }
   moe_combine_kernel<<<blocks_for(H * T, 256), 256, 0, stream_>>>(dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
   check_launch("moe_combine_kernel");
