@@ -14,5 +14,7 @@ void add_tokenize(CLI::App& app);  // also registers `detokenize`
 void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_imatrix(CLI::App& app);
+void add_kld(CLI::App& app);
 
 }  // namespace regolith::cli

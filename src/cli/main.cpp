@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   regolith::cli::add_serve(app);
   regolith::cli::add_quantize(app);
   regolith::cli::add_bench(app);
+  regolith::cli::add_imatrix(app);
+  regolith::cli::add_kld(app);
   // llama.cpp spells the system prompt `-sys`; CLI11 takes only one letter after a single dash.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& arg : args)

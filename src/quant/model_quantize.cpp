@@ -118,7 +118,11 @@ std::vector<QuantizePlanEntry> plan_model_quantization(const GgufFile& input, co
       e.cls = std::string(tensor_class_name(spec.cls));
       if (spec.ne != t.ne) fail(input.source(), ": ", t.name, " has shape ", t.shape_string(), ", the qwen4exp table expects another");
     }
-    if (it != specs.end() || override_type) {
+    if (override_type && options.exact_tensor_types) {
+      if (t.ne[0] % traits(*override_type).block_size != 0)
+        fail(input.source(), ": ", t.name, "'s rows of ", t.ne[0], " do not fit ", type_name(*override_type), " blocks");
+      e.to = *override_type;
+    } else if (it != specs.end() || override_type) {
       spec.ne = t.ne;
       TypeChoice c = choose_type(spec, t.type, options.recipe, override_type);
       e.to = c.type;

@@ -45,6 +45,9 @@ struct QuantizeModelOptions {
   std::map<std::string, GgmlType> tensor_types;  // exact tensor name → type, over the recipe
   std::string imatrix;                           // optional
   bool dry_run = false;                          // print the plan, write nothing
+  // tensor_types are taken as given, bypassing the recipe rules for vectors, convolutions and the
+  // router (only the row/block fit is checked): to reproduce another file's types exactly.
+  bool exact_tensor_types = false;
 };
 
 struct QuantizePlanEntry {

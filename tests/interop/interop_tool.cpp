@@ -13,6 +13,12 @@
 //   compare REF.f32 OTHER.f32 --vocab V [--rows N] [--rel-tol 1e-3]
 //       method.md's tolerance: max |REF-OTHER| <= rel_tol * max|REF| and the same argmax at every
 //       position (the first N rows only, when given). Exit 0 when they agree, 4 when not.
+//   types FILE.gguf
+//       One "name type" line per tensor, in file order (to check that two quantizers chose the
+//       same per-tensor types).
+//   diff-stats A.f32 B.f32 --vocab V
+//       Prints "max_abs_diff D rms_diff R positions N" (to 9 digits) for two logit files of the
+//       same size: the numbers run_interop.sh's `quantized` mode compares.
 // Exit 1 on bad usage or unreadable input.
 
 #include <algorithm>
@@ -166,12 +172,42 @@ int run_compare(const std::vector<std::string>& files, long vocab, long rows, do
   return ok ? 0 : 4;
 }
 
+int run_types(const std::string& path) {
+  GgufFile f = GgufFile::open(path);
+  for (const regolith::GgufTensor& t : f.tensors())
+    std::printf("%s %s\n", t.name.c_str(), std::string(regolith::type_name(t.type)).c_str());
+  return 0;
+}
+
+int run_diff_stats(const std::string& a_path, const std::string& b_path, long vocab) {
+  const std::vector<float> a = read_f32(a_path), b = read_f32(b_path);
+  if (a.size() != b.size() || a.empty() || a.size() % vocab != 0) {
+    std::fprintf(stderr, "diff-stats: %zu and %zu values are not the same whole rows of %ld\n", a.size(), b.size(), vocab);
+    return 1;
+  }
+  double max_diff = 0, sum_sq = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      std::fprintf(stderr, "diff-stats: non-finite value at %zu\n", i);
+      return 1;
+    }
+    const double d = static_cast<double>(a[i]) - b[i];
+    max_diff = std::max(max_diff, std::fabs(d));
+    sum_sq += d * d;
+  }
+  std::printf("max_abs_diff %.9g rms_diff %.9g positions %zu\n", max_diff, std::sqrt(sum_sq / static_cast<double>(a.size())),
+              a.size() / vocab);
+  return 0;
+}
+
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: regolith_interop_tool info FILE.gguf\n"
                "       regolith_interop_tool prompts REFERENCE.safetensors\n"
                "       regolith_interop_tool ref-logits REFERENCE.safetensors NAME ROWS OUT.f32\n"
-               "       regolith_interop_tool compare REF.f32 OTHER.f32 --vocab V [--rows N] [--rel-tol 1e-3]\n");
+               "       regolith_interop_tool compare REF.f32 OTHER.f32 --vocab V [--rows N] [--rel-tol 1e-3]\n"
+               "       regolith_interop_tool types FILE.gguf\n"
+               "       regolith_interop_tool diff-stats A.f32 B.f32 --vocab V\n");
   std::exit(1);
 }
 
@@ -184,6 +220,9 @@ int main(int argc, char** argv) {
     if (cmd == "info" && argc == 3) return run_info(argv[2]);
     if (cmd == "prompts" && argc == 3) return run_prompts(argv[2]);
     if (cmd == "ref-logits" && argc == 6) return run_ref_logits(argv[2], argv[3], std::atol(argv[4]), argv[5]);
+    if (cmd == "types" && argc == 3) return run_types(argv[2]);
+    if (cmd == "diff-stats" && argc == 6 && std::string_view(argv[4]) == "--vocab")
+      return run_diff_stats(argv[2], argv[3], std::atol(argv[5]));
     if (cmd == "compare") {
       std::vector<std::string> files;
       long vocab = 0, rows = 0;

@@ -12,6 +12,15 @@
 //       a JSON summary on stdout. Exit 0 when every logit is finite, 3 when some are not, 2 when
 //       llama.cpp refuses the file or the evaluation fails, 1 on bad usage.
 //
+//   llama_peer quantize IN.gguf OUT.gguf TYPE [--imatrix FILE.gguf] [--threads N] [--backend-dir DIR] [--verbose]
+//       llama.cpp's own quantizer (llama_model_quantize, with llama.cpp's default per-tensor type
+//       choices for the llama_ftype TYPE): TYPE is one of q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m,
+//       q4_k_s, q4_k_m, q5_k_m, q6_k, iq4_nl, iq4_xs. --imatrix reads an imatrix GGUF the way
+//       llama-quantize v0.5.0 does (libcommon is not shipped, so this is our reading of its rules:
+//       the three imatrix.* keys required, "<name>.in_sum2" / "<name>.counts" F32 pairs, sums
+//       divided by their matrix's count, 1 where the count is 0). Exit 0 on success, 2 when llama.cpp
+//       fails or the imatrix is unreadable, 1 on bad usage.
+//
 //   Defaults chosen for a reference, not for speed: one thread; F32 K/V caches (llama.cpp's default
 //   F16 cache rounds at about the size of the comparison tolerance; --kv-f16 restores it); no
 //   "extra" weight buffer types (the AMX / repacked-weight matmuls: --extra-bufts enables them; on
@@ -30,6 +39,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "gguf.h"
 #include "llama.h"
 
 namespace {
@@ -46,7 +56,8 @@ void log_callback(enum ggml_log_level level, const char* text, void*) {
   std::fprintf(stderr,
                "llama_peer: %s\n"
                "usage: llama_peer logits -m FILE.gguf --tokens 1,2,3 [--out FILE.f32] [--chunk N] [--threads N]\n"
-               "                         [--backend-dir DIR] [--cpu-variant NAME] [--extra-bufts] [--kv-f16] [--verbose]\n",
+               "                         [--backend-dir DIR] [--cpu-variant NAME] [--extra-bufts] [--kv-f16] [--verbose]\n"
+               "       llama_peer quantize IN.gguf OUT.gguf TYPE [--imatrix FILE.gguf] [--threads N] [--backend-dir DIR] [--verbose]\n",
                msg);
   std::exit(1);
 }
@@ -237,11 +248,104 @@ int run_logits(int argc, char** argv) {
   return n_bad == 0 ? 0 : 3;
 }
 
+// Mean squared activations per imatrix entry (see the quantize usage above); false when unreadable.
+bool load_imatrix(const std::string& path, std::vector<std::string>& names, std::vector<std::vector<float>>& values) {
+  ggml_context* ctx = nullptr;
+  gguf_context* g = gguf_init_from_file(path.c_str(), {/*no_alloc=*/false, &ctx});
+  if (!g) return false;
+  bool ok = gguf_find_key(g, "imatrix.datasets") >= 0 && gguf_find_key(g, "imatrix.chunk_count") >= 0 &&
+            gguf_find_key(g, "imatrix.chunk_size") >= 0;
+  if (!ok) std::fprintf(stderr, "llama_peer: %s lacks the imatrix.* metadata llama-quantize requires\n", path.c_str());
+  const std::string suffix = ".in_sum2";
+  for (ggml_tensor* t = ggml_get_first_tensor(ctx); ok && t; t = ggml_get_next_tensor(ctx, t)) {
+    const std::string name = ggml_get_name(t);
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    const ggml_tensor* counts = ggml_get_tensor(ctx, (base + ".counts").c_str());
+    ok = counts && t->type == GGML_TYPE_F32 && counts->type == GGML_TYPE_F32 && ggml_nelements(counts) > 0 &&
+         ggml_nelements(t) % ggml_nelements(counts) == 0;
+    if (!ok) {
+      std::fprintf(stderr, "llama_peer: %s: %s has no matching F32 %s.counts\n", path.c_str(), name.c_str(), base.c_str());
+      break;
+    }
+    const int64_t n_mat = ggml_nelements(counts), row = ggml_nelements(t) / n_mat;
+    const float* sums = static_cast<const float*>(t->data);
+    const float* c = static_cast<const float*>(counts->data);
+    std::vector<float> v(static_cast<size_t>(ggml_nelements(t)));
+    for (int64_t m = 0; m < n_mat; ++m)
+      for (int64_t i = 0; i < row; ++i) v[m * row + i] = c[m] > 0 ? sums[m * row + i] / c[m] : 1.0f;
+    names.push_back(base);
+    values.push_back(std::move(v));
+  }
+  gguf_free(g);
+  ggml_free(ctx);
+  return ok && !names.empty();
+}
+
+int run_quantize(int argc, char** argv) {
+  struct FileType {
+    const char* name;
+    llama_ftype ftype;
+  };
+  static const FileType kTypes[] = {
+      {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},     {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},     {"q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
+      {"q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},     {"q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},     {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},
+      {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M}, {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S}, {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M},
+      {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},     {"iq4_nl", LLAMA_FTYPE_MOSTLY_IQ4_NL},
+      {"iq4_xs", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+  };
+  if (argc < 5) usage_error("quantize needs IN.gguf OUT.gguf TYPE");
+  const std::string in = argv[2], out = argv[3], type = argv[4];
+  std::string imatrix_path;
+  int threads = 1;
+  for (int i = 5; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--imatrix" && i + 1 < argc) imatrix_path = argv[++i];
+    else if (a == "--backend-dir" && i + 1 < argc) ++i;  // accepted for symmetry with logits; not needed
+    else if (a == "--verbose") g_verbose = true;
+    else usage_error(("unknown argument " + std::string(a)).c_str());
+  }
+  const FileType* ft = nullptr;
+  for (const FileType& t : kTypes)
+    if (type == t.name) ft = &t;
+  if (!ft) usage_error(("unknown quantization type " + type).c_str());
+
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+  std::vector<llama_model_imatrix_data> imatrix;
+  if (!imatrix_path.empty()) {
+    if (!load_imatrix(imatrix_path, names, values)) {
+      std::fprintf(stderr, "llama_peer: cannot read the importance matrix %s\n", imatrix_path.c_str());
+      return 2;
+    }
+    for (size_t i = 0; i < names.size(); ++i) imatrix.push_back({names[i].c_str(), values[i].data(), values[i].size()});
+    imatrix.push_back({nullptr, nullptr, 0});
+  }
+
+  llama_log_set(log_callback, nullptr);
+  llama_backend_init();
+  llama_model_quantize_params p = llama_model_quantize_default_params();
+  p.ftype = ft->ftype;
+  p.nthread = threads > 0 ? threads : 1;
+  p.imatrix = imatrix.empty() ? nullptr : imatrix.data();
+  const uint32_t rc = llama_model_quantize(in.c_str(), out.c_str(), &p);
+  llama_backend_free();
+  if (rc != 0) {
+    std::fprintf(stderr, "llama_peer: llama_model_quantize %s -> %s (%s) failed (%u)\n", in.c_str(), out.c_str(), type.c_str(), rc);
+    return 2;
+  }
+  std::printf("{\"llama_version\": \"%s\", \"quantized\": \"%s\", \"ftype\": \"%s\", \"imatrix_entries\": %zu}\n", llama_version(),
+              out.c_str(), type.c_str(), names.size());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) usage_error("missing command");
   std::string_view cmd = argv[1];
   if (cmd == "logits") return run_logits(argc, argv);
+  if (cmd == "quantize") return run_quantize(argc, argv);
   usage_error("unknown command");
 }
