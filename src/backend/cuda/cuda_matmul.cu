@@ -147,8 +147,10 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
       matvec_kernel<D, 8><<<grid, block, 0, stream>>>(w.data, w.row_bytes, K, N, x, t, out);
     check_launch("matvec_kernel");
   } else {
+    [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, "gemm_kernel shared memory");
     dim3 grid(blocks_for(T, kGemmCols), gemm_row_blocks(N));
-    gemm_kernel<D><<<grid, kGemmThreads, 0, stream>>>(w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K), out);
+    gemm_kernel<D><<<grid, kGemmThreads, kGemmSharedBytes, stream>>>(w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K),
+                                                                     out);
     check_launch("gemm_kernel");
   }
 }

@@ -279,7 +279,9 @@ void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, i
                  bool x_per_pair, float* out, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(groups.max_tiles), gemm_row_blocks(N));
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
-    expert_gemm_kernel<decltype(dq)><<<grid, kGemmThreads, 0, stream>>>(
+    [[maybe_unused]] static const bool shared_ready =
+        allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, "expert_gemm_kernel shared memory");
+    expert_gemm_kernel<decltype(dq)><<<grid, kGemmThreads, kGemmSharedBytes, stream>>>(
         w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(),
         groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
   });
