@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "quant/recipe.h"
 #include "quant/rows.h"
 
 namespace regolith::bench {
@@ -87,6 +88,9 @@ std::unique_ptr<BenchWeight> random_weight(const std::string& name, GgmlType typ
                                            uint32_t seed, float scale) {
   auto o = std::make_unique<BenchWeight>();
   o->w.name = name;
+  // Rows that a 256-value type does not divide (the HC up's 320, the expert down's 640) take the
+  // type regolith quantize would give them.
+  if (ne[0] % traits(type).block_size != 0) type = row_fallback_type(type);
   o->w.type = type;
   o->w.ne = ne;
   o->w.row_bytes = row_bytes(type, ne[0]);

@@ -46,7 +46,8 @@ Timing time_it(const std::function<void()>& fn, int min_reps, double min_seconds
 // "ref" or "cpu" (n_threads <= 0: every core), "cpu-avx2" / "cpu-scalar" force a kernel set.
 std::unique_ptr<Backend> make_bench_backend(const std::string& name, int n_threads);
 
-// A weight with its own bytes (values ~ N(0, scale²) encoded in `type`).
+// A weight with its own bytes (values ~ N(0, scale²) encoded in `type`, or in its 32-value
+// fallback where `type` does not divide the rows).
 struct BenchWeight {
   std::vector<uint8_t> bytes;
   Weight w;

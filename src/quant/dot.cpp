@@ -44,17 +44,19 @@ int slot(GgmlType type) {
 
 }  // namespace
 
+// Asked once: CPUID is slow under a hypervisor, and backends look kernels up on every product.
 bool isa_supported(Isa isa) {
+  static const bool avx512 = cpu_has_avx512(), avx2 = cpu_has_avx2();
   switch (isa) {
-    case Isa::avx512: return cpu_has_avx512();
-    case Isa::avx2: return cpu_has_avx2();
+    case Isa::avx512: return avx512;
+    case Isa::avx2: return avx2;
     case Isa::scalar: break;
   }
   return true;
 }
 
 Isa best_isa() {
-  static const Isa best = cpu_has_avx512() ? Isa::avx512 : cpu_has_avx2() ? Isa::avx2 : Isa::scalar;
+  static const Isa best = isa_supported(Isa::avx512) ? Isa::avx512 : isa_supported(Isa::avx2) ? Isa::avx2 : Isa::scalar;
   return best;
 }
 

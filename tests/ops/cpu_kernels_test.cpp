@@ -1,9 +1,12 @@
 // The CPU backend against ref on the sizes its kernels special-case: vector tails (K, dv, hd not
 // multiples of 8 or 16), tile remainders (rows not a multiple of the row block, token counts
 // around the token block and the 64-token chunk), T = 1 decode versus prefill, GDN chunk edges,
-// QSA rows whose blocks are split over threads, experts with one token and with many. Every case
-// runs for each instruction set this CPU has and with 1 and 3 threads; the kernels' building
-// blocks and the thread pool are checked on their own as well.
+// QSA rows whose blocks are split over threads, experts with one token and with many. Products
+// with quantized weights are checked for every weight type on both sides of the token count where
+// the backend switches from quant's dot kernels (quantized activations) to FP32 tiles, against the
+// float64 product with a bound from the activation rounding (op_bounds.h). Every case runs for
+// each instruction set this CPU has and with 1 and 3 threads; the kernels' building blocks and
+// the thread pool are checked on their own as well.
 #include <atomic>
 #include <numeric>
 #include <stdexcept>
@@ -12,7 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
-#include "op_test_util.h"
+#include "op_bounds.h"
 
 namespace regolith::test {
 namespace {
@@ -48,21 +51,38 @@ TEST_P(CpuVsRef, MulMatTailsAndTiles) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
     for (int64_t K : {1, 7, 8, 15, 16, 17, 33, 100, 257}) cases.push_back({t, K, 13});
   for (int64_t K : {32, 96, 160}) cases.push_back({GgmlType::Q8_0, K, 11});
-  cases.push_back({GgmlType::Q4_0, 64, 9});   // no direct kernel: dequantized rows
-  cases.push_back({GgmlType::Q6_K, 256, 10});
   for (int64_t N : {1, 2, 3, 4, 5, 8, 9, 17, 33}) cases.push_back({GgmlType::F16, 48, N});
   uint32_t seed = 100;
   for (const Case& c : cases)
     for (int64_t T : {1, 2, 3, 4, 5, 7, 13, 64, 65, 130}) {
       if (T > 13 && c.K > 100) continue;
       auto w = make_weight("w", c.type, {c.K, c.N, 1, 1}, random_values(c.K * c.N, ++seed, 0.3f));
-      auto [rx, cx] = both(random_values(c.K * T, ++seed), {c.K, T, 1, 1});
-      Tensor ro = ref.alloc_f32(c.N, T), co = be->alloc_f32(c.N, T);
-      ref.mul_mat(w->w, rx, ro);
-      be->mul_mat(w->w, cx, co);
-      expect_near_ref(ref, *be, ro, co, 1e-6,
-                      cat("mul_mat ", type_name(c.type), " K=", c.K, " N=", c.N, " T=", T));
+      auto x = random_values(c.K * T, ++seed);
+      Tensor out = be->alloc_f32(c.N, T);
+      be->mul_mat(w->w, upload(*be, x, {c.K, T, 1, 1}), out);
+      expect_within(be->read_f32(out), product(*w, exact(x), T),
+                    cat("mul_mat ", type_name(c.type), " K=", c.K, " N=", c.N, " T=", T));
     }
+}
+
+// Every weight type, around the dot kernels' token limit (16; Q8_0's is 1) and the 16-row chunks
+// of the row split: outputs in the wrong row or token, or from another token's activations, are
+// far outside the bound.
+TEST_P(CpuVsRef, MulMatEveryWeightTypeAndTokenCount) {
+  uint32_t seed = 300;
+  for (GgmlType type : every_weight_type()) {
+    int64_t block = traits(type).block_size, K = block == 1 ? 100 : block == 256 ? 512 : 3 * block;
+    for (int64_t N : {1, 7, 16, 37}) {
+      auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, ++seed, 0.3f));
+      for (int64_t T : {1, 2, 3, 8, 9, 16, 17, 33}) {
+        auto x = random_values(K * T, ++seed);
+        Tensor out = be->alloc_f32(N, T);
+        be->mul_mat(w->w, upload(*be, x, {K, T, 1, 1}), out);
+        expect_within(be->read_f32(out), product(*w, exact(x), T),
+                      cat("mul_mat ", type_name(type), " K=", K, " N=", N, " T=", T));
+      }
+    }
+  }
 }
 
 TEST_P(CpuVsRef, GetRowsEveryDirectTypeAndDequantized) {
@@ -136,27 +156,36 @@ TEST_P(CpuVsRef, CausalConvTokenCounts) {
 }
 
 TEST_P(CpuVsRef, HcReadWriteAndPleGate) {
-  int64_t S = 4, H = 24, W = S * H;
-  for (GgmlType type : {GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0})
+  int64_t S = 4, H = 64, W = S * H;
+  struct Types {
+    GgmlType down, up, inject;
+  };
+  // The last reads n in two activation formats (Q4_K: Q8_K, Q4_0: Q8_0).
+  for (Types ty : {Types{GgmlType::F32, GgmlType::F32, GgmlType::F32}, Types{GgmlType::BF16, GgmlType::BF16, GgmlType::BF16},
+                   Types{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0}, Types{GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q4_0}})
     for (int64_t T : {1, 5}) {
-      int64_t r = type == GgmlType::Q8_0 ? 32 : 7;
+      int64_t r = is_float_type(ty.up) ? 7 : 32;
       auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 50));
-      auto down = make_weight("down", type, {W, r, 1, 1}, random_values(W * r, 51, 0.3f));
-      auto up = make_weight("up", type, {r, W, 1, 1}, random_values(r * W, 52, 0.3f));
-      auto inject = make_weight("inject", type, {W, S, 1, 1}, random_values(W * S, 53, 0.3f));
-      auto [rR, cR] = both(random_values(W * T, 54, 2.0f), {W, T, 1, 1});
+      auto down = make_weight("down", ty.down, {W, r, 1, 1}, random_values(W * r, 51, 0.3f));
+      auto up = make_weight("up", ty.up, {r, W, 1, 1}, random_values(r * W, 52, 0.3f));
+      auto inject = make_weight("inject", ty.inject, {W, S, 1, 1}, random_values(W * S, 53, 0.3f));
+      auto R = random_values(W * T, 54, 2.0f);
+      auto [rR, cR] = both(R, {W, T, 1, 1});
       Tensor rx = ref.alloc_f32(H, T), cx = be->alloc_f32(H, T), riw = ref.alloc_f32(S, T), ciw = be->alloc_f32(S, T);
       HcReadArgs args{.R = &rR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
                       .eps = 1e-6f, .x = &rx, .inject_w = &riw};
       ref.hc_read(args);
       args.R = &cR, args.x = &cx, args.inject_w = &ciw;
       be->hc_read(args);
-      std::string what = cat(" ", type_name(type), " T=", T);
-      expect_near_ref(ref, *be, rx, cx, 1e-6, "hc_read x" + what);
-      expect_near_ref(ref, *be, riw, ciw, 1e-6, "hc_read inject" + what);
+      std::string what = cat(" ", type_name(ty.down), "/", type_name(ty.up), "/", type_name(ty.inject), " T=", T);
+      HcReadExpected want = hc_read_expected(R, *norm, *down, *up, inject.get(), S, 1e-6);
+      expect_within(be->read_f32(cx), want.x, "hc_read x" + what);
+      expect_within(be->read_f32(ciw), want.inject_w, "hc_read inject" + what);
+      // hc_write on the same inject weights in both.
       auto [ry, cy] = both(random_values(H * T, 55), {H, T, 1, 1});
-      ref.hc_write(rR, ry, riw);
-      be->hc_write(cR, cy, ciw);
+      auto [rw, cw] = both(ref.read_f32(riw), {S, T, 1, 1});
+      ref.hc_write(rR, ry, rw);
+      be->hc_write(cR, cy, cw);
       expect_near_ref(ref, *be, rR, cR, 1e-6, "hc_write" + what);
 
       auto key = random_values(W * T, 56), qry = random_values(W * T, 57);
@@ -246,9 +275,23 @@ TEST_P(CpuVsRef, QsaLongRowsAndGroups) {
   }
 }
 
+// Experts grouped per call: at T = 33 some experts meet more tokens than the dot kernels take and
+// some fewer, so one call runs both paths; at 64 nearly all run FP32 tiles.
 TEST_P(CpuVsRef, MoeDecodeAndGroupedPrefill) {
-  int64_t E = 9, k = 3, H = 64, F = 96;
-  for (int64_t T : {1, 2, 7, 33}) {
+  int64_t E = 9, k = 3, H = 256, F = 256;
+  struct Types {
+    GgmlType gate, up, down;
+  };
+  // Q4_0 gate and Q4_K up read the pairs' inputs in two activation formats.
+  std::vector<Types> types{{GgmlType::Q8_0, GgmlType::F16, GgmlType::Q8_0}, {GgmlType::BF16, GgmlType::BF16, GgmlType::BF16},
+                           {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::IQ4_NL}, {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K},
+                           {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::Q5_K}};
+  std::vector<std::array<std::unique_ptr<OwnedWeight>, 3>> weights;
+  for (Types ty : types)
+    weights.push_back({make_weight("gate", ty.gate, {H, F, E, 1}, random_values(H * F * E, 81, 0.1f)),
+                       make_weight("up", ty.up, {H, F, E, 1}, random_values(H * F * E, 82, 0.1f)),
+                       make_weight("down", ty.down, {F, H, E, 1}, random_values(F * H * E, 83, 0.1f))});
+  for (int64_t T : {1, 2, 7, 33, 64}) {
     auto logits = random_values(E * T, 80 + T, 2.0f);
     logits[0] = logits[1] = 9.0f;  // a tie: lower id first
     auto [rl, cl] = both(logits, {E, T, 1, 1});
@@ -258,18 +301,15 @@ TEST_P(CpuVsRef, MoeDecodeAndGroupedPrefill) {
     be->moe_route(cl, k, cids, cw);
     ASSERT_EQ(be->read_i32(cids), ref.read_i32(rids)) << "moe_route ids T=" << T;
     expect_near_ref(ref, *be, rw, cw, 1e-6, cat("moe_route weights T=", T));
-    for (GgmlType type : {GgmlType::Q8_0, GgmlType::BF16, GgmlType::Q4_0}) {
-      auto wg = make_weight("gate", type, {H, F, E, 1}, random_values(H * F * E, 81, 0.2f));
-      auto wu = make_weight("up", GgmlType::F16, {H, F, E, 1}, random_values(H * F * E, 82, 0.2f));
-      auto wd = make_weight("down", type, {F, H, E, 1}, random_values(F * H * E, 83, 0.2f));
-      auto [rx, cx] = both(random_values(H * T, 84), {H, T, 1, 1});
-      Tensor ro = ref.alloc_f32(H, T), co = be->alloc_f32(H, T);
-      MoeExpertsArgs ma{.x = &rx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &rids,
-                        .weights = &rw, .out = &ro};
-      ref.moe_experts(ma);
-      ma.x = &cx, ma.ids = &cids, ma.weights = &cw, ma.out = &co;
-      be->moe_experts(ma);
-      expect_near_ref(ref, *be, ro, co, 1e-5, cat("moe_experts ", type_name(type), " T=", T));
+    auto x = random_values(H * T, 84);
+    Tensor cx = upload(*be, x, {H, T, 1, 1}), co = be->alloc_f32(H, T);
+    for (size_t i = 0; i < types.size(); ++i) {
+      const auto& [wg, wu, wd] = weights[i];
+      be->moe_experts({.x = &cx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &cids,
+                       .weights = &cw, .out = &co});
+      expect_within(be->read_f32(co), moe_experts_expected(x, be->read_i32(cids), be->read_f32(cw), *wg, *wu, *wd, k),
+                    cat("moe_experts ", type_name(types[i].gate), "/", type_name(types[i].up), "/",
+                        type_name(types[i].down), " T=", T));
     }
   }
 }

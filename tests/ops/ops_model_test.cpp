@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "backend/qsa_topk.h"
-#include "op_test_util.h"
+#include "op_bounds.h"
 
 namespace regolith::test {
 namespace {
@@ -26,50 +26,22 @@ TEST_P(ModelOps, HcReadAndWrite) {
   auto down = make_weight("down", GgmlType::F16, {W, r, 1, 1}, random_values(W * r, 3, 0.5f));
   auto up = make_weight("up", GgmlType::BF16, {r, W, 1, 1}, random_values(r * W, 4, 0.5f));
   auto inject = make_weight("inject", GgmlType::F32, {W, S, 1, 1}, random_values(W * S, 5, 0.5f));
-  auto g = norm->values(), dv = down->values(), uv = up->values(), iv = inject->values();
-  std::vector<double> want_x(H * T), want_w(S * T);
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<double> n(W), lo(r);
-    for (int64_t s = 0; s < S; ++s) {
-      double ss = 0;
-      for (int64_t d = 0; d < H; ++d) ss += static_cast<double>(R[t * W + s * H + d]) * R[t * W + s * H + d];
-      for (int64_t d = 0; d < H; ++d) n[s * H + d] = R[t * W + s * H + d] / std::sqrt(ss / H + 1e-6) * g[s * H + d];
-    }
-    for (int64_t j = 0; j < r; ++j) {
-      double a = 0;
-      for (int64_t i = 0; i < W; ++i) a += dv[j * W + i] * n[i];
-      lo[j] = silu(a / S);
-    }
-    for (int64_t d = 0; d < H; ++d) {
-      double acc = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        double m = 0;
-        for (int64_t j = 0; j < r; ++j) m += uv[(s * H + d) * r + j] * lo[j];
-        acc += sigmoid(m) * n[s * H + d];
-      }
-      want_x[t * H + d] = acc / S;
-    }
-    for (int64_t s = 0; s < S; ++s) {
-      double a = 0;
-      for (int64_t i = 0; i < W; ++i) a += iv[s * W + i] * n[i];
-      want_w[t * S + s] = 2 * sigmoid(a / S);
-    }
-  }
+  HcReadExpected want = hc_read_expected(R, *norm, *down, *up, inject.get(), S, 1e-6);
   Tensor tR = upload(*be, R, {W, T, 1, 1}), x = be->alloc_f32(H, T), iw = be->alloc_f32(S, T);
   be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
                .eps = 1e-6f, .x = &x, .inject_w = &iw});
-  expect_close(be->read_f32(x), want_x, 1e-6, "hc_read x");
-  expect_close(be->read_f32(iw), want_w, 1e-6, "hc_read inject");
+  expect_within(be->read_f32(x), want.x, "hc_read x");
+  expect_within(be->read_f32(iw), want.inject_w, "hc_read inject");
   Tensor x2 = be->alloc_f32(H, T);
   be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = nullptr, .n_streams = S,
                .eps = 1e-6f, .x = &x2, .inject_w = nullptr});
-  expect_close(be->read_f32(x2), want_x, 1e-6, "hc_read without inject");
+  expect_within(be->read_f32(x2), want.x, "hc_read without inject");
 
   auto y = random_values(H * T, 6);
   be->hc_write(tR, upload(*be, y, {H, T, 1, 1}), iw);
   std::vector<double> want_R(W * T);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < W; ++i) want_R[t * W + i] = R[t * W + i] + want_w[t * S + i / H] * y[t * H + i % H];
+    for (int64_t i = 0; i < W; ++i) want_R[t * W + i] = R[t * W + i] + want.inject_w.want[t * S + i / H] * y[t * H + i % H];
   expect_close(be->read_f32(tR), want_R, 1e-6, "hc_write");
 }
 
@@ -286,7 +258,7 @@ TEST(QsaTopBlocks, TiesGoToTheLowerBlockIndex) {
 }
 
 TEST_P(ModelOps, MoeRouteAndExperts) {
-  int64_t E = 7, k = 3, H = 32, F = 64, T = 4;
+  int64_t E = 7, k = 3, H = 32, F = 256, T = 4;
   auto logits = random_values(E * T, 50, 2.0f);
   logits[0] = logits[1] = 10.0f;  // a tie at the top of row 0: lower id first
   Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), wts = be->alloc_f32(k, T);
@@ -309,32 +281,15 @@ TEST_P(ModelOps, MoeRouteAndExperts) {
   EXPECT_EQ(got_ids, want_ids);
   expect_close(be->read_f32(wts), want_w, 1e-6, "moe_route weights");
 
+  // Quantized gate and down weights: within the bound of the activation rounding (op_bounds.h).
   auto x = random_values(H * T, 51);
   auto wg = make_weight("gate", GgmlType::Q8_0, {H, F, E, 1}, random_values(H * F * E, 52, 0.2f));
   auto wu = make_weight("up", GgmlType::F16, {H, F, E, 1}, random_values(H * F * E, 53, 0.2f));
-  auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 54, 0.2f));
-  auto gv = wg->values(), uv = wu->values(), dv = wd->values();
+  auto wd = make_weight("down", GgmlType::Q4_K, {F, H, E, 1}, random_values(F * H * E, 54, 0.2f));
   Tensor out = be->alloc_f32(H, T), tx = upload(*be, x, {H, T, 1, 1});
   be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &wts,
                    .out = &out});
-  std::vector<double> want(H * T, 0.0);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t e = want_ids[t * k + j];
-      std::vector<double> hdn(F);
-      for (int64_t f = 0; f < F; ++f) {
-        double a = 0, b = 0;
-        for (int64_t i = 0; i < H; ++i)
-          a += gv[(e * F + f) * H + i] * static_cast<double>(x[t * H + i]), b += uv[(e * F + f) * H + i] * static_cast<double>(x[t * H + i]);
-        hdn[f] = silu(a) * b;
-      }
-      for (int64_t dd = 0; dd < H; ++dd) {
-        double y = 0;
-        for (int64_t f = 0; f < F; ++f) y += dv[(e * H + dd) * F + f] * hdn[f];
-        want[t * H + dd] += want_w[t * k + j] * y;
-      }
-    }
-  expect_close(be->read_f32(out), want, 1e-5, "moe_experts");
+  expect_within(be->read_f32(out), moe_experts_expected(x, got_ids, be->read_f32(wts), *wg, *wu, *wd, k), "moe_experts");
 }
 
 TEST_P(ModelOps, PleGate) {

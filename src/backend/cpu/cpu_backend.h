@@ -1,8 +1,10 @@
 // The CPU backend: the ops of ops.h over host memory, multithreaded on a persistent pool, with
-// SIMD kernels (kernels.h) chosen at run time. Weights are read in place from the GGUF mapping:
-// F32/F16/BF16/Q8_0 rows are widened in registers; other types are dequantized a row at a time
-// and then multiplied like F32 rows. Activations and the GDN state stay FP32.
-// Judged op by op against `ref` (tests/ops/); nothing here changes what an op computes.
+// SIMD kernels (kernels.h) chosen at run time. Weights are read in place from the GGUF mapping.
+// Quantized rows that few tokens share (decode) meet activations quantized once per call to Q8_0
+// or Q8_K in quant's dot kernels, as llama.cpp does; float rows, and quantized rows at more tokens,
+// are widened or dequantized to FP32 and meet FP32 activations. The GDN state stays FP32.
+// Judged op by op against `ref` (tests/ops/): within float rounding, plus the bound of that
+// activation rounding for products with quantized weights.
 #pragma once
 
 #include <memory>

@@ -43,16 +43,19 @@ void CpuBackend::hc_read(const HcReadArgs& a) {
   // down (r rows) and inject (S rows) over n in one split: lo [T][r], iw [T][S].
   std::vector<float> lo(static_cast<size_t>(T * r)), iw(static_cast<size_t>(T * std::max<int64_t>(n_inject, 1)));
   WeightRows down = rows_of(*a.down), inject = a.inject ? rows_of(*a.inject) : WeightRows{};
+  QuantizedTokens nq, loq;
+  MatInput n_in = mat_input(pool_, {down.type, a.inject ? inject.type : down.type}, T, n.data(), W, W, T, nq);
   int64_t n_rows = r + n_inject;
   pool_.parallel_for(n_rows, grain_for(n_rows, W * T, pool_.size()), [&](int64_t r0, int64_t r1) {
-    if (r0 < r) mat_rows(k_, down, r0, std::min(r1, r), n.data(), W, T, lo.data() + r0, r);
-    if (r1 > r) mat_rows(k_, inject, std::max(r0, r) - r, r1 - r, n.data(), W, T, iw.data() + (std::max(r0, r) - r), S);
+    if (r0 < r) mat_rows(k_, down, r0, std::min(r1, r), n_in, lo.data() + r0, r);
+    if (r1 > r) mat_rows(k_, inject, std::max(r0, r) - r, r1 - r, n_in, iw.data() + (std::max(r0, r) - r), S);
   });
   for (float& v : lo) v = siluf(v * inv_S);
 
   // x = (1/S)·Σ_s sigmoid(up·lo)_s ⊙ n_s
   std::vector<float> m(static_cast<size_t>(T * W));
-  mat_parallel(pool_, k_, rows_of(*a.up), W, lo.data(), r, T, m.data(), W);
+  MatInput lo_in = mat_input(pool_, {a.up->type}, T, lo.data(), r, r, T, loq);
+  mat_parallel(pool_, k_, rows_of(*a.up), W, lo_in, m.data(), W);
   pool_.parallel_for(T, grain_for(T, W * 8, pool_.size()), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* x = a.x->f32() + t * H;

@@ -74,22 +74,33 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
     std::copy(src, src + H, X.data() + i * H);
   }
 
+  // Tokens meet an expert's rows in groups of n = its pair count; each pair's input is quantized
+  // once for the experts whose groups take the dot kernels (mat_input).
+  int64_t n_active = static_cast<int64_t>(active.size()), fewest = n_pairs;
+  for (int64_t e : active) fewest = std::min(fewest, first[e + 1] - first[e]);
+  auto expert_input = [&](const MatInput& in, int64_t e) { return in.tokens(first[e], first[e + 1] - first[e]); };
+
   // h [pairs][F] = silu(gate_e·x) ⊙ up_e·x, over (expert, rows of F) items.
+  QuantizedTokens Xq, hq;
+  MatInput X_in = mat_input(pool_, {wg.type, wu.type}, fewest, X.data(), H, H, n_pairs, Xq);
   std::vector<float> h(static_cast<size_t>(n_pairs * F));
-  int64_t n_active = static_cast<int64_t>(active.size());
   int64_t pieces = std::max<int64_t>(1, (4 * pool_.size() + n_active - 1) / std::max<int64_t>(1, n_active));
   int64_t f_grain = std::min(F, ((F + pieces - 1) / pieces + 15) / 16 * 16);
   int64_t f_pieces = (F + f_grain - 1) / f_grain;
   int64_t n_items = n_active * f_pieces;
-  pool_.parallel_for(n_items, grain_for(n_items, 2 * n_pairs * F * H / std::max<int64_t>(1, n_items), pool_.size()),
-                     [&](int64_t i0, int64_t i1) {
+  // Items come in about four per thread already; claimed one at a time, so that no thread holds a
+  // second expert while another waits (a call too small to split stays on the caller).
+  int64_t item_cost = 2 * n_pairs * F * H / std::max<int64_t>(1, n_items);
+  int64_t item_grain = grain_for(n_items, item_cost, pool_.size()) < n_items ? 1 : n_items;
+  pool_.parallel_for(n_items, item_grain, [&](int64_t i0, int64_t i1) {
     std::vector<float> g, u;
     for (int64_t i = i0; i < i1; ++i) {
       int64_t e = active[i / f_pieces], f0 = (i % f_pieces) * f_grain, f1 = std::min(F, f0 + f_grain);
       int64_t p0 = first[e], n = first[e + 1] - p0, nf = f1 - f0;
+      MatInput in = expert_input(X_in, e);
       g.resize(n * nf), u.resize(n * nf);
-      mat_rows(k_, rows_of(wg, e * F), f0, f1, X.data() + p0 * H, H, n, g.data(), nf);
-      mat_rows(k_, rows_of(wu, e * F), f0, f1, X.data() + p0 * H, H, n, u.data(), nf);
+      mat_rows(k_, rows_of(wg, e * F), f0, f1, in, g.data(), nf);
+      mat_rows(k_, rows_of(wu, e * F), f0, f1, in, u.data(), nf);
       for (int64_t j = 0; j < n; ++j)
         for (int64_t f = 0; f < nf; ++f) h[(p0 + j) * F + f0 + f] = siluf(g[j * nf + f]) * u[j * nf + f];
     }
@@ -98,6 +109,7 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
   // out[t][d] = Σ_slots w·(down_e·h)[d], over ranges of d.
   float* out = a.out->f32();
   std::fill(out, out + T * H, 0.0f);
+  MatInput h_in = mat_input(pool_, {wd.type}, fewest, h.data(), F, F, n_pairs, hq);
   int64_t d_grain = grain_for(H, n_pairs * F, pool_.size());
   pool_.parallel_for(H, d_grain, [&](int64_t d0, int64_t d1) {
     std::vector<float> y;
@@ -105,7 +117,7 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
     for (int64_t e : active) {
       int64_t p0 = first[e], n = first[e + 1] - p0;
       y.resize(n * nd);
-      mat_rows(k_, rows_of(wd, e * H), d0, d1, h.data() + p0 * F, F, n, y.data(), nd);
+      mat_rows(k_, rows_of(wd, e * H), d0, d1, expert_input(h_in, e), y.data(), nd);
       for (int64_t j = 0; j < n; ++j) {
         int64_t p = pairs[p0 + j];
         k_.axpy(a.weights->f32()[p], y.data() + j * nd, out + (p / k) * H + d0, nd);

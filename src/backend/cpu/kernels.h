@@ -4,9 +4,10 @@
 // checked the CPU, so the default build needs no -march.
 //
 // Weight rows for `mat` come straight from the GGUF mapping in one of the four direct types (F32,
-// F16, BF16, Q8_0); they are widened to FP32 in registers (Q8_0 as q·d, bit-equal to
-// dequantize_row) and multiplied with FP32 activations: no activation rounding, so results stay
-// within float32 accumulation error of the float64 reference.
+// F16, BF16, Q8_0), or as FP32 rows dequantized from any other type; they are widened to FP32 in
+// registers (Q8_0 as q·d, bit-equal to dequantize_row) and multiplied with FP32 activations, so
+// results stay within float32 accumulation error of the float64 reference. Quantized rows that
+// few tokens share bypass this table for quant's integer dot kernels (cpu_matmul.cpp).
 #pragma once
 
 #include <cstdint>

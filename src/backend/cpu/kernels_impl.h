@@ -66,27 +66,11 @@ struct WRow<P, WType::Q8_0> {
 // ---- weight rows × tokens -------------------------------------------------------------------
 
 // Q8_0 block by block: each row's scale is widened once per block, then every sub-vector of 32
-// quants becomes q·d (bit-equal to dequantize_row) and meets the TB tokens (one token: below).
+// quants becomes q·d (bit-equal to dequantize_row) and meets the TB tokens. (One token takes
+// quant's integer dot instead: cpu_matmul.cpp.)
 template <class P, int RB, int TB>
 void mat_tile_q8_0(const uint8_t* w, uint64_t row_bytes, int64_t K, const float* x, int64_t ldx, float* out, int64_t ldo) {
   using V = typename P::V;
-  if constexpr (TB == 1) {
-    // One token (decode): Σ q·x per block, then one multiply-add by the block's scale, which saves
-    // a multiply per weight vector (the sum of q·x is exact up to the float accumulation).
-    V acc[RB], blk[RB];
-    for (int r = 0; r < RB; ++r) acc[r] = P::zero();
-    for (int64_t b = 0; b < K / 32; ++b) {
-      for (int r = 0; r < RB; ++r) blk[r] = P::zero();
-      for (int s = 0; s < 32; s += P::W) {
-        V xv = P::load(x + b * 32 + s);
-        for (int r = 0; r < RB; ++r)
-          blk[r] = P::fma(P::load_q8(reinterpret_cast<const int8_t*>(w + r * row_bytes + b * 34 + 2 + s)), xv, blk[r]);
-      }
-      for (int r = 0; r < RB; ++r) acc[r] = P::fma(P::set1(P::f16_scalar(load_u16(w + r * row_bytes + b * 34))), blk[r], acc[r]);
-    }
-    for (int r = 0; r < RB; ++r) out[r] = P::reduce(acc[r]);
-    return;
-  }
   V acc[RB][TB];
   for (int r = 0; r < RB; ++r)
     for (int t = 0; t < TB; ++t) acc[r][t] = P::zero();
