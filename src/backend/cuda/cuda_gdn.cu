@@ -275,6 +275,17 @@ __global__ void __launch_bounds__(kChunkThreads)
 //   Vn = U − Wk·S     the part of the new values the carried state does not already predict
 //   O  = Qd·S + P·Vn
 //   S  = e^(G_L)·S + Kdᵀ·Vn
+// acc[r][c] += Σ_i X[ty + 32r][i]·S[i][tx + 8c]: the thread's 2×4 tile of a panel (rows of
+// ldk) times the state slice (rows of kPassCols).
+__device__ __forceinline__ void panel_times_state(const float* X, int64_t ldk, const float* S, int64_t dk, int tx,
+                                                  int ty, float (&acc)[2][4]) {
+  for (int64_t i = 0; i < dk; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+}
+
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_state_pass_kernel(ChunkTerms terms, int64_t T, int64_t first_chunk, int64_t n_chunks, int64_t nv, int64_t dk,
                           int64_t dv, float* __restrict__ state, float* __restrict__ out) {
@@ -305,12 +316,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     __syncthreads();
     {
       float acc[2][4] = {};
-      for (int64_t i = 0; i < dk; ++i)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+      panel_times_state(X, ldk, S, dk, tx, ty, acc);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -321,12 +327,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     __syncthreads();
     {
       float acc[2][4] = {};
-      for (int64_t i = 0; i < dk; ++i)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+      panel_times_state(X, ldk, S, dk, tx, ty, acc);
       for (int s = 0; s < kChunk; ++s)
 #pragma unroll
         for (int r = 0; r < 2; ++r)

@@ -28,13 +28,10 @@ __device__ __forceinline__ float byte_as_float(uint32_t w, int b) {
 }
 
 template <GgmlType kType>
-struct Unit {
-  static constexpr bool kFast = false;
-};
+struct Unit;
 
 template <>
 struct Unit<GgmlType::F32> {
-  static constexpr bool kFast = true;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
   __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
     const float4* p = reinterpret_cast<const float4*>(row) + u * 4;
@@ -46,48 +43,43 @@ struct Unit<GgmlType::F32> {
   }
 };
 
+// 16 values stored as 16-bit floats: two 16-byte loads, two values per 32-bit word.
+template <typename Widen>
+__device__ __forceinline__ void load_16bit_unit(const uint8_t* row, int64_t u, float* w, Widen widen) {
+  const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint4 v = __ldg(p + i);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) widen(words[j], w + 8 * i + 2 * j);
+  }
+}
+
 template <>
 struct Unit<GgmlType::F16> {
-  static constexpr bool kFast = true;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
   __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
-    const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      uint4 v = __ldg(p + i);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-        w[8 * i + 2 * j] = f.x, w[8 * i + 2 * j + 1] = f.y;
-      }
-    }
+    load_16bit_unit(row, u, w, [](uint32_t word, float* out) {
+      float2 f = __half22float2(*reinterpret_cast<const __half2*>(&word));
+      out[0] = f.x, out[1] = f.y;
+    });
   }
 };
 
 template <>
 struct Unit<GgmlType::BF16> {
-  static constexpr bool kFast = true;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
   __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
-    const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      uint4 v = __ldg(p + i);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
-        w[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-      }
-    }
+    load_16bit_unit(row, u, w, [](uint32_t word, float* out) {
+      out[0] = __uint_as_float(word << 16), out[1] = __uint_as_float(word & 0xFFFF0000u);
+    });
   }
 };
 
 // Device layout (cuda_quant.cuh): the row's K codes, then its K/32 fp16 scales.
 template <>
 struct Unit<GgmlType::Q8_0> {
-  static constexpr bool kFast = true;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
   __device__ static void load(const uint8_t* row, int64_t u, int64_t K, float* w) {
     uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + u);
@@ -106,7 +98,6 @@ struct Unit<GgmlType::Q8_0> {
 // (sub-block 2g + 1).
 template <>
 struct Unit<GgmlType::Q4_K> {
-  static constexpr bool kFast = true;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) {
     const int v = static_cast<int>(u % 16);
     x0 = (u / 16) * 256 + (v / 4) * 64 + (v % 4) * 8, x1 = x0 + 32;
