@@ -39,7 +39,9 @@ inline std::vector<GgmlType> every_weight_type() {
 inline bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 // Values a backend holds exactly (its inputs): no bound.
-inline Bounded exact(const std::vector<float>& v) { return {std::vector<double>(v.begin(), v.end()), std::vector<double>(v.size(), 0.0)}; }
+inline Bounded exact(const std::vector<float>& v) {
+  return {std::vector<double>(v.begin(), v.end()), std::vector<double>(v.size(), 0.0)};
+}
 
 // Per value, how far the activations a product with rows of `weight_type` reads may be from
 // x.want: x's own bound, plus the rounding to the activation format for quantized types. Where a
@@ -62,10 +64,14 @@ inline std::vector<double> activation_error(GgmlType weight_type, const Bounded&
     dequantize_row(format, q.data(), K, rounded.data());
     for (int64_t b = 0; b < K; b += block) {
       double amax = 0, worst_in = 0;
-      for (int64_t k = b; k < b + block; ++k)
-        amax = std::max(amax, std::fabs(x.want[r0 + k]) + x.bound[r0 + k]), worst_in = std::max(worst_in, x.bound[r0 + k]);
-      for (int64_t k = b; k < b + block; ++k)
-        err[r0 + k] += worst_in == 0 ? std::fabs(static_cast<double>(rounded[k]) - x.want[r0 + k]) : amax * per_amax + floor;
+      for (int64_t k = b; k < b + block; ++k) {
+        amax = std::max(amax, std::fabs(x.want[r0 + k]) + x.bound[r0 + k]);
+        worst_in = std::max(worst_in, x.bound[r0 + k]);
+      }
+      for (int64_t k = b; k < b + block; ++k) {
+        double exact_rounding = std::fabs(static_cast<double>(rounded[k]) - x.want[r0 + k]);
+        err[r0 + k] += worst_in == 0 ? exact_rounding : amax * per_amax + floor;
+      }
     }
   }
   return err;
@@ -116,7 +122,8 @@ inline Bounded swiglu(const Bounded& a, const Bounded& b) {
   for (size_t i = 0; i < a.want.size(); ++i) {
     double s = silu(a.want[i]), v = b.want[i];
     h.want[i] = s * v;
-    h.bound[i] = 1.1 * a.bound[i] * (std::fabs(v) + b.bound[i]) + std::fabs(s) * b.bound[i] + kFloatSlack * std::fabs(s * v);
+    h.bound[i] = 1.1 * a.bound[i] * (std::fabs(v) + b.bound[i]) + std::fabs(s) * b.bound[i] +
+                 kFloatSlack * std::fabs(s * v);
   }
   return h;
 }
@@ -183,7 +190,8 @@ inline HcReadExpected hc_read_expected(const std::vector<float>& R, const OwnedW
         int64_t i = t * W + s * H + d;
         double sg = sigmoid(m.want[i]);
         acc += sg * n.want[i];
-        bound += 0.25 * m.bound[i] * (std::fabs(n.want[i]) + n.bound[i]) + sg * n.bound[i] + kFloatSlack * std::fabs(sg * n.want[i]);
+        bound += 0.25 * m.bound[i] * (std::fabs(n.want[i]) + n.bound[i]) + sg * n.bound[i] +
+                 kFloatSlack * std::fabs(sg * n.want[i]);
       }
       out.x.want[t * H + d] = acc / S;
       out.x.bound[t * H + d] = bound / S;
