@@ -223,7 +223,15 @@ class Backend {
   virtual void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) = 0;
 };
 
-// Backends by name ("ref", ...); throws naming the unknown backend and listing the known ones.
+// Which backend to make: its name ("ref", "cpu", "cuda") and, for the host-threaded cpu backend,
+// how many threads (0: every core).
+struct BackendOptions {
+  std::string name = "cpu";
+  int n_threads = 0;
+};
+
+// Backends by name; throws naming an unknown backend and listing the known ones.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 std::unique_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> backend_names();
 

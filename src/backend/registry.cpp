@@ -13,23 +13,28 @@ namespace {
 
 struct BackendEntry {
   const char* name;
-  std::unique_ptr<Backend> (*make)();
+  std::unique_ptr<Backend> (*make)(const BackendOptions&);
 };
 
 // New backends add one line here.
 const BackendEntry kBackends[] = {
-    {"ref", [] { return std::unique_ptr<Backend>(new RefBackend()); }},
-    {"cpu", [] { return std::unique_ptr<Backend>(new CpuBackend()); }},
+    {"ref", [](const BackendOptions&) { return std::unique_ptr<Backend>(new RefBackend()); }},
+    {"cpu",
+     [](const BackendOptions& o) { return std::unique_ptr<Backend>(new CpuBackend({.n_threads = o.n_threads})); }},
 #ifdef REGOLITH_HAS_CUDA
-    {"cuda", make_cuda_backend},
+    {"cuda", [](const BackendOptions&) { return make_cuda_backend(); }},
 #endif
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(std::string_view name) {
+std::unique_ptr<Backend> make_backend(std::string_view name) { return make_backend(BackendOptions{.name = std::string(name)}); }
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+  if (options.n_threads < 0) fail("backend threads: ", options.n_threads, " (0 means every core)");
+  const std::string& name = options.name;
   for (const BackendEntry& e : kBackends)
-    if (name == e.name) return e.make();
+    if (name == e.name) return e.make(options);
   std::string known;
   for (const BackendEntry& e : kBackends) known += (known.empty() ? "" : ", ") + std::string(e.name);
   fail("unknown backend '", name, "' (known: ", known, ")");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/token_list.h"
 #include "core/error.h"
@@ -22,7 +23,8 @@ namespace regolith::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, prompts = "512", depths = "0", backend = "cuda";
+  std::string model, prompts = "512", depths = "0";
+  BackendOptions backend{.name = "cuda"};
   int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
   uint32_t seed = 1;
 };
@@ -81,7 +83,7 @@ void run_bench(const BenchArgs& a) {
   const Qwen4ExpModel& model = engine->model();
   const double token_bytes = static_cast<double>(decode_weight_bytes(model.hparams(), model.weights()));
   const double copy_bw = copy_bandwidth(be);
-  std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.c_str(), load_s);
+  std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.name.c_str(), load_s);
   std::printf("decode reads %.3f GB of weights per token; measured copy bandwidth %.0f GB/s\n\n", token_bytes / 1e9,
               copy_bw / 1e9);
   std::printf("| test | depth | t/s (median ± sd, %lld runs) | ms/token | decode GB/s | of copy bw |\n", (long long)a.reps);
@@ -133,7 +135,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", a.n_gen, "Decode steps per run (0: none)")->capture_default_str();
   cmd->add_option("-d,--depth", a.depths, "Context depths, comma-separated")->capture_default_str();
   cmd->add_option("-r,--repetitions", a.reps, "Timed runs per test (median reported)")->capture_default_str();
-  cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
+  add_backend_options(cmd, a.backend);
   cmd->add_option("--fill-chunk", a.fill_chunk, "Tokens per forward call when filling the context to a depth")
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the random token ids")->capture_default_str();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/eval_input.h"
 #include "core/error.h"
@@ -21,7 +22,8 @@ namespace regolith::cli {
 namespace {
 
 struct ImatrixArgs {
-  std::string model, tokens, text, out, backend = "cpu";
+  std::string model, tokens, text, out;
+  BackendOptions backend;
   int64_t chunk = 512;
 };
 
@@ -68,7 +70,7 @@ void add_imatrix(CLI::App& app) {
   cmd->add_option("--text", a.text, "Text file, tokenized with the model's tokenizer")->excludes(tokens);
   cmd->add_option("-o,--out", a.out, "Output imatrix GGUF")->required();
   cmd->add_option("--chunk", a.chunk, "Tokens per chunk (a fresh session each)")->capture_default_str();
-  cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
+  add_backend_options(cmd, a.backend);
   cmd->callback([] { run_imatrix(a); });
 }
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/eval_input.h"
 #include "core/error.h"
@@ -22,7 +23,8 @@ namespace {
 
 struct KldArgs {
   std::vector<std::string> models;
-  std::string base, tokens, text, kl_out, backend = "cpu";
+  std::string base, tokens, text, kl_out;
+  BackendOptions backend;
   int64_t chunk = 512;
   bool json = false;
 };
@@ -91,7 +93,7 @@ void add_kld(CLI::App& app) {
   auto* tokens = cmd->add_option("--tokens", a.tokens, "Token file: ids separated by commas or whitespace");
   cmd->add_option("--text", a.text, "Text file, tokenized with the base model's tokenizer")->excludes(tokens);
   cmd->add_option("--chunk", a.chunk, "Tokens per chunk (a fresh session each)")->capture_default_str();
-  cmd->add_option("--backend", a.backend, "Op backend (every model)")->capture_default_str();
+  add_backend_options(cmd, a.backend, "Op backend (every model)");
   cmd->add_flag("--json", a.json, "Print the results as JSON");
   cmd->add_option("--kl-out", a.kl_out, "Write each position's KL: one line per position, one column per model");
   cmd->callback([] { run_kld(a); });

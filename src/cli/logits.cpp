@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/token_list.h"
 #include "core/error.h"
@@ -19,7 +20,8 @@ namespace regolith::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, out, trace_dir, backend = "cpu";
+  std::string model, tokens, out, trace_dir;
+  BackendOptions backend;
   int64_t chunk = 0;
   bool decode = false;
 };
@@ -96,7 +98,7 @@ void add_logits(CLI::App& app) {
   auto* chunk = cmd->add_option("--chunk", a.chunk, "Evaluate in chunks of N tokens");
   cmd->add_flag("--decode", a.decode, "Evaluate token by token")->excludes(chunk);
   cmd->add_option("--trace", a.trace_dir, "Dump every named intermediate into this folder (raw + index.json)");
-  cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
+  add_backend_options(cmd, a.backend);
   cmd->callback([] { run_logits(a); });
 }
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/token_list.h"
@@ -22,7 +23,8 @@ namespace regolith::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system, tokens, backend = "cpu";
+  std::string model, prompt, system, tokens;
+  BackendOptions backend;
   int64_t n_predict = 64, chunk = 0;
   bool chat = false, ids = false, ignore_eos = false, no_think = false;
   SamplerParams sampling;
@@ -107,7 +109,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("--min-p", a.sampling.min_p, "Min-p filter (0: off)")->capture_default_str();
   cmd->add_option("--seed", a.sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prompt tokens per forward call (0: all at once)")->capture_default_str();
-  cmd->add_option("--backend", a.backend, "Op backend")->capture_default_str();
+  add_backend_options(cmd, a.backend);
   cmd->callback([] { run_run(a); });
 }
 

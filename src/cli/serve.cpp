@@ -1,6 +1,7 @@
 // `regolith serve`: the OpenAI-compatible HTTP server (src/server/). Flags follow llama-server's
 // where the meaning is the same.
 
+#include "cli/backend_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "core/error.h"
@@ -38,7 +39,7 @@ void add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--shutdown-grace", o.shutdown_grace_s, "Seconds in-flight requests get on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::Range(0, 3600));
-  cmd->add_option("--backend", o.backend, "Op backend")->capture_default_str();
+  add_backend_options(cmd, o.backend);
   cmd->callback([] {
     o.model_path = model_or_default(o.model_path);
     exit_code = server::run_server(o);

@@ -7,9 +7,13 @@ namespace regolith {
 Engine::Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend)
     : model_(std::move(model)), backend_(std::move(backend)) {}
 
-std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_view backend) {
+std::shared_ptr<Engine> Engine::open(const std::string& model_path, const BackendOptions& backend) {
   auto be = make_backend(backend);
   return std::make_shared<Engine>(Qwen4ExpModel::load(model_path), std::move(be));
+}
+
+std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_view backend) {
+  return open(model_path, BackendOptions{.name = std::string(backend)});
 }
 
 Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) { reset(); }

@@ -18,7 +18,8 @@ namespace regolith {
 class Engine {
  public:
   Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend);
-  static std::shared_ptr<Engine> open(const std::string& model_path, std::string_view backend = "cpu");
+  static std::shared_ptr<Engine> open(const std::string& model_path, const BackendOptions& backend = {});
+  static std::shared_ptr<Engine> open(const std::string& model_path, std::string_view backend);
 
   const Qwen4ExpModel& model() const { return *model_; }
   Backend& backend() const { return *backend_; }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/ops.h"
+
 namespace regolith::server {
 
 struct ServerOptions {
@@ -18,7 +20,7 @@ struct ServerOptions {
   int n_parallel = 4;
   std::string api_key;
   std::string alias;           // the model id clients use; default: the file name without .gguf
-  std::string backend = "cpu";
+  BackendOptions backend;
   std::string chat_template_file;  // overrides the GGUF's template
   int64_t chunk = 256;
   int64_t batch = 512;
