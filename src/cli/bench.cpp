@@ -4,7 +4,9 @@
 // last token only) or N single-token decode steps. Tokens are random ids (tokenization and
 // sampling are not timed). Decode is also accounted in bytes: the weight bytes one token reads
 // (dense weights once, k of E experts, embedding and n-gram rows) times tokens/s, and that as a
-// share of the backend's measured device-to-device copy bandwidth (bytes read + written).
+// share of the backend's measured device-to-device copy bandwidth (bytes read + written). "issue
+// ms/token" is the host's time to issue a decode step before it waits for the logits: on the
+// GPU, a value near ms/token means decode is bound by launching work, not by the device.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -86,8 +88,9 @@ void run_bench(const BenchArgs& a) {
   std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.name.c_str(), load_s);
   std::printf("decode reads %.3f GB of weights per token; measured copy bandwidth %.0f GB/s\n\n", token_bytes / 1e9,
               copy_bw / 1e9);
-  std::printf("| test | depth | t/s (median ± sd, %lld runs) | ms/token | decode GB/s | of copy bw |\n", (long long)a.reps);
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| test | depth | t/s (median ± sd, %lld runs) | ms/token | issue ms/token | decode GB/s | of copy bw |\n",
+              (long long)a.reps);
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   for (int32_t depth : depths) {
     Session s(engine);
@@ -104,22 +107,26 @@ void run_bench(const BenchArgs& a) {
         if (r > 0) rates.push_back(P / seconds_since(t0));
       }
       Stats st = stats(rates);
-      std::printf("| pp%d | %d | %.1f ± %.1f | %.3f | | |\n", P, depth, st.median, st.stddev, 1e3 / st.median);
+      std::printf("| pp%d | %d | %.1f ± %.1f | %.3f | | | |\n", P, depth, st.median, st.stddev, 1e3 / st.median);
       std::fflush(stdout);
     }
     if (a.n_gen > 0) {
-      std::vector<double> rates;
+      std::vector<double> rates, issue_ms;
       std::vector<int32_t> tokens = random_tokens(a.n_gen, V, rng);
       for (int64_t r = 0; r < a.reps + 1; ++r) {
         s.restore(at_depth);
+        double issue = 0, step_issue = 0;
         auto t0 = Clock::now();
-        for (int32_t t : tokens) s.eval(std::span<const int32_t>(&t, 1), {.all_logits = false});
-        if (r > 0) rates.push_back(a.n_gen / seconds_since(t0));
+        for (int32_t t : tokens) {
+          s.eval(std::span<const int32_t>(&t, 1), {.all_logits = false, .issue_seconds = &step_issue});
+          issue += step_issue;
+        }
+        if (r > 0) rates.push_back(a.n_gen / seconds_since(t0)), issue_ms.push_back(1e3 * issue / a.n_gen);
       }
       Stats st = stats(rates);
       double gbs = token_bytes * st.median / 1e9;
-      std::printf("| tg%lld | %d | %.1f ± %.1f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen, depth, st.median,
-                  st.stddev, 1e3 / st.median, gbs, 100.0 * gbs * 1e9 / copy_bw);
+      std::printf("| tg%lld | %d | %.1f ± %.1f | %.3f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen, depth,
+                  st.median, st.stddev, 1e3 / st.median, stats(issue_ms).median, gbs, 100.0 * gbs * 1e9 / copy_bw);
       std::fflush(stdout);
     }
   }

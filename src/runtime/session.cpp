@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include <chrono>
+
 #include "core/error.h"
 
 namespace regolith {
@@ -32,7 +34,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
   LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
   for (int64_t i = 0; i < n; i += chunk) {
     auto part = tokens.subspan(i, std::min(chunk, n - i));
+    auto t0 = std::chrono::steady_clock::now();
     Tensor logits = engine_->model().forward(be, state_, part, rows, trace_);
+    if (options.issue_seconds)
+      *options.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tokens_.insert(tokens_.end(), part.begin(), part.end());
     if (options.all_logits || i + chunk >= n) {  // without all_logits only the last chunk's row is kept
       std::vector<float> l = be.read_f32(logits);

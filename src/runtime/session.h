@@ -33,6 +33,9 @@ class Engine {
 struct EvalOptions {
   int64_t chunk = 0;        // tokens per forward call; 0: all at once, 1: token by token
   bool all_logits = true;   // logits of every token, or only of the last one
+  // When set, receives the seconds the host spent issuing the forward passes, before it waited for
+  // the logits: on an asynchronous backend, how close decode is to being bound by launching work.
+  double* issue_seconds = nullptr;
 };
 
 // A complete copy of a Session's state at one point of its timeline.
