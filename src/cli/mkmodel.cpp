@@ -16,7 +16,7 @@ struct MkmodelArgs {
   std::vector<std::string> tensor_types;
   int64_t experts = 0;
   uint64_t seed = 42, ngram_base = 0;
-  bool mtp = false;
+  bool mtp = false, repeat_experts = false;
 };
 
 GgmlType parse_type(const std::string& s) {
@@ -45,6 +45,7 @@ void run_mkmodel(const MkmodelArgs& a) {
     if (eq == std::string::npos) fail("--tensor-type wants CLASS=TYPE, got '", spec, "'");
     o.class_types[parse_class(spec.substr(0, eq))] = parse_type(spec.substr(eq + 1));
   }
+  o.repeat_experts = a.repeat_experts;
   o.name = a.name.empty() ? "regolith-random-" + a.preset : a.name;
   write_random_model(a.out, o);
   std::printf("wrote %s (preset %s, %lld experts, seed %llu, random weights)\n", a.out.c_str(), a.preset.c_str(),
@@ -66,6 +67,9 @@ void add_mkmodel(CLI::App& app) {
   cmd->add_option("--seed", a.seed, "Random seed")->capture_default_str();
   cmd->add_option("--ngram-base", a.ngram_base, "Rows per n-gram hash head (~); default 100 (tiny), 200000 (flash-next)");
   cmd->add_flag("--mtp", a.mtp, "Include an MTP draft block as a trailing layer");
+  cmd->add_flag("--repeat-experts", a.repeat_experts,
+                "Give every routed expert of a layer the first one's weights (encoded once): a quick file for speed "
+                "measurements");
   cmd->add_option("--name", a.name, "general.name to record");
   cmd->callback([] { run_mkmodel(a); });
 }

@@ -124,12 +124,14 @@ void write_random_model(const std::string& path, const RandomModelOptions& o) {
   std::vector<PlannedTensor> plan;
   for (const TensorSpec& spec : qwen4exp_tensor_specs(hp, ple_rows)) {
     uint64_t stream = fnv1a(spec.name) ^ splitmix64(o.seed);
+    const bool routed = spec.cls == TensorClass::ExpertGateUp || spec.cls == TensorClass::ExpertDown;
     plan.push_back({spec.name, random_model_tensor_type(spec, o), spec.ne,
                     [stream, spec](int64_t first_row, int64_t n_rows, float* out) {
                       uint64_t base = static_cast<uint64_t>(first_row * spec.ne[0]);
                       for (int64_t i = 0; i < n_rows * spec.ne[0]; ++i)
                         out[i] = value_for(spec.cls, spec.fan_in(), normal_at(stream, base + i));
-                    }});
+                    },
+                    o.repeat_experts && routed ? spec.ne[1] : 0});
   }
   write_planned_tensors(w, plan, "mkmodel " + path);
 }

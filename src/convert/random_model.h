@@ -20,6 +20,9 @@ struct RandomModelOptions {
   uint64_t ngram_vocab_size_base = 100;  // rows per hash head ~ this; sets the table size
   GgmlType default_type = GgmlType::F32; // matrices; 1-D tensors and convs stay F32
   std::map<TensorClass, GgmlType> class_types;  // overrides per tensor class
+  // Every routed expert of a layer gets the first expert's weights (made and encoded once, then
+  // copied): a file for speed measurements that writes in seconds at any expert count and type.
+  bool repeat_experts = false;
   std::string name = "random";
 };
 

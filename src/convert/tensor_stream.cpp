@@ -27,10 +27,18 @@ void write_planned_tensors(GgufWriter& w, const std::vector<PlannedTensor>& plan
     int64_t row_len = t.ne[0];
     int64_t n_rows = w.tensors()[i].n_elements() / row_len;
     uint64_t rb = row_bytes(t.type, row_len);
-    // A chunk is bounded both in encoded bytes and in float32 scratch per thread.
+    int64_t produced = n_rows, copies = 1;
+    if (t.repeat_rows > 0) {
+      if (n_rows % t.repeat_rows) fail(t.name, ": ", n_rows, " rows do not repeat with period ", t.repeat_rows);
+      produced = t.repeat_rows;
+      copies = n_rows / t.repeat_rows;
+    }
+    // A chunk is bounded both in encoded bytes and in float32 scratch per thread; a repeating
+    // period is encoded whole, then written as many times as it repeats.
     int64_t rows_per_chunk = std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(std::max<uint64_t>(rb, 4 * row_len)));
-    for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
-      int64_t nr = std::min(rows_per_chunk, n_rows - r0);
+    if (copies > 1) rows_per_chunk = produced;
+    for (int64_t r0 = 0; r0 < produced; r0 += rows_per_chunk) {
+      int64_t nr = std::min(rows_per_chunk, produced - r0);
       buffer.resize(static_cast<size_t>(nr) * rb);
       parallel_for(nr, [&](int64_t begin, int64_t end) {
         const int64_t batch = 64;
@@ -42,8 +50,10 @@ void write_planned_tensors(GgufWriter& w, const std::vector<PlannedTensor>& plan
             quantize_row(t.type, rows.data() + k * row_len, row_len, buffer.data() + (r + k) * rb);
         }
       }, 64);
-      w.write_data(buffer);
-      progress.advance(buffer.size());
+      for (int64_t c = 0; c < copies; ++c) {
+        w.write_data(buffer);
+        progress.advance(buffer.size());
+      }
     }
   }
   w.finish();

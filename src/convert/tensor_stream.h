@@ -23,6 +23,9 @@ struct PlannedTensor {
   GgmlType type = GgmlType::F32;
   std::vector<int64_t> ne;
   RowProducer rows;
+  // > 0: the rows repeat with this period (it must divide the row count), so only the first
+  // period is produced and encoded; the rest are copies of its bytes.
+  int64_t repeat_rows = 0;
 };
 
 // Declares the tensors, writes the header (metadata must be set already), streams the data and

@@ -68,6 +68,29 @@ TEST(ModelLayout, RandomWeightsAreDeterministicAndSane) {
   }
 }
 
+// --repeat-experts: every expert's bytes are the first expert's, the other tensors as without it.
+TEST(ModelLayout, RepeatedExpertsCopyTheFirstExpert) {
+  TempDir dir;
+  RandomModelOptions o;
+  o.hparams = preset_hparams("tiny", 4);
+  o.default_type = GgmlType::Q8_0;
+  write_random_model(dir.path("plain.gguf"), o);
+  o.repeat_experts = true;
+  write_random_model(dir.path("repeat.gguf"), o);
+  GgufFile plain = GgufFile::open(dir.path("plain.gguf")), rep = GgufFile::open(dir.path("repeat.gguf"));
+  for (const char* name : {"blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.3.ffn_down_exps.weight"}) {
+    const GgufTensor& t = rep.tensor(name);
+    const GgufTensor& p = plain.tensor(name);
+    const uint64_t expert_bytes = t.n_bytes / static_cast<uint64_t>(t.ne[2]);
+    EXPECT_EQ(std::memcmp(t.data, p.data, expert_bytes), 0) << name << ": expert 0 as without repetition";
+    for (int64_t e = 1; e < t.ne[2]; ++e)
+      EXPECT_EQ(std::memcmp(t.data + e * expert_bytes, t.data, expert_bytes), 0) << name << " expert " << e;
+    EXPECT_NE(std::memcmp(p.data + expert_bytes, p.data, expert_bytes), 0) << name << ": plain experts differ";
+  }
+  const GgufTensor& q = rep.tensor("blk.0.attn_qkv.weight");
+  EXPECT_EQ(std::memcmp(q.data, plain.tensor("blk.0.attn_qkv.weight").data, q.n_bytes), 0);
+}
+
 TEST(ModelLayout, MissingOrBadMetadataNamesTheKey) {
   TempDir dir;
   auto write_without = [&](const std::string& drop, const GgufValue* replacement) {
