@@ -375,8 +375,9 @@ mode_quantized() {
       # regolith - llama.cpp on that file <= the RMS of llama.cpp's own quantized - f32 logits. (The
       # RMS, not the maximum: the largest differences sit at the few positions where any small
       # perturbation flips a routing or QSA choice, and are that jump on both sides; and for q8_0,
-      # llama.cpp's rounding of activations to Q8_0 is most of its own error, which regolith, with
-      # FP32 activations, does not share.) Both maxima are printed too.
+      # llama.cpp's rounding of activations to Q8_0 is most of its own error, which regolith shares
+      # only where it rounds too: its cpu backend quantizes activations for at most 16 tokens and
+      # keeps FP32 for the dense products of these whole-prompt runs.) Both maxima are printed too.
       local lq="$work/$name-$type-plain.llama.gguf" lqo="$work/$name-$type.llama.f32" rqo="$work/$name-$type.regolith.f32"
       rm -f "$lqo" "$rqo"
       for p in "${prompts[@]}"; do
