@@ -118,6 +118,17 @@ ensure_peer() {
 run_peer() { "$peer" logits --backend-dir "$llama_dir/bins" --threads "$THREADS" "$@"; }
 
 # Reads `regolith_interop_tool info FILE` into the globals vocab, eos, budget, unsupported.
+# `regolith convert` of the fixture checkpoint HF_DIR to F32 at OUT, then read_info; returns 1 (with
+# a note) when the file is outside what llama.cpp can run.
+convert_f32() {
+  "$regolith" convert "$1" -o "$2" --outtype f32 >/dev/null 2>&1 || fail "regolith convert $1 --outtype f32"
+  read_info "$2"
+  if [[ "$unsupported" != "-" ]]; then
+    echo "NOTE: $(basename "$(dirname "$1")") is outside llama.cpp $LLAMA_TAG: $unsupported (skipped)"
+    return 1
+  fi
+}
+
 read_info() {
   local out; out=$("$tool" info "$1") || fail "regolith_interop_tool info $1"
   vocab=$(awk '$1 == "vocab" { print $2 }' <<<"$out")
@@ -289,12 +300,7 @@ mode_vs_regolith() {
   for hf in "$fixtures"/*/hf; do
     local name; name=$(basename "$(dirname "$hf")")
     local f="$work/$name-f32.gguf" ref; ref="$(dirname "$hf")/reference.safetensors"
-    "$regolith" convert "$hf" -o "$f" --outtype f32 >/dev/null 2>&1 || fail "regolith convert $hf --outtype f32"
-    read_info "$f"
-    if [[ "$unsupported" != "-" ]]; then
-      echo "NOTE: $name is outside llama.cpp $LLAMA_TAG: $unsupported (not compared)"
-      continue
-    fi
+    convert_f32 "$hf" "$f" || continue
     if [[ -f "$ref" ]]; then
       while read -r pname plen ptokens; do
         cases+=("$f $pname $(first_tokens "$budget" "$ptokens")")
@@ -332,12 +338,7 @@ mode_quantized() {
   for hf in "$fixtures"/*/hf; do
     local name; name=$(basename "$(dirname "$hf")")
     local f32="$work/$name-f32.gguf" ref; ref="$(dirname "$hf")/reference.safetensors"
-    "$regolith" convert "$hf" -o "$f32" --outtype f32 >/dev/null 2>&1 || fail "regolith convert $hf --outtype f32"
-    read_info "$f32"
-    if [[ "$unsupported" != "-" ]]; then
-      echo "NOTE: $name is outside llama.cpp $LLAMA_TAG: $unsupported (not tested)"
-      continue
-    fi
+    convert_f32 "$hf" "$f32" || continue
     echo "== $name (vocab $vocab, QSA budget $budget)"
     # (a)'s prompts, each cut to the QSA budget: the fixture's reference prompts and 24 synthetic
     # ones, so that the statistics below are over many positions.

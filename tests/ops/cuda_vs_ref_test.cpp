@@ -129,6 +129,23 @@ TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {
   }
 }
 
+// Routing and routed experts on one backend: the ids, weights and output.
+struct MoeRun {
+  std::vector<int32_t> ids;
+  std::vector<float> weights, out;
+};
+
+MoeRun run_moe(Backend& be, const OwnedWeight& wg, const OwnedWeight& wu, const OwnedWeight& wd,
+               const std::vector<float>& logits, const std::vector<float>& x, int64_t k, int64_t T) {
+  const int64_t E = wg.w.ne[2], H = wg.w.ne[0];
+  Tensor ids = be.alloc(DType::I32, {k, T, 1, 1}), w = be.alloc_f32(k, T), y = be.alloc_f32(H, T);
+  be.moe_route(upload(be, logits, {E, T, 1, 1}), k, ids, w);
+  Tensor tx = upload(be, x, {H, T, 1, 1});
+  be.moe_experts({.x = &tx, .gate_exps = &wg.w, .up_exps = &wu.w, .down_exps = &wd.w, .ids = &ids, .weights = &w,
+                  .out = &y});
+  return {be.read_i32(ids), be.read_f32(w), be.read_f32(y)};
+}
+
 TEST_F(CudaVsRef, MoeManyTokensKQuants) {
   int64_t E = 5, k = 2, H = 256, F = 256, T = 11;
   auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 90, 0.1f));
@@ -137,23 +154,10 @@ TEST_F(CudaVsRef, MoeManyTokensKQuants) {
   auto logits = random_values(E * T, 93, 2.0f);
   logits[E + 2] = logits[E + 4] = 9.0f;  // a tie at the top of row 1
   auto x = random_values(H * T, 94);
-  std::vector<float> out[2], wts[2];
-  std::vector<int32_t> ids_got[2];
-  int i = 0;
-  for (Backend* be : {cuda.get(), ref.get()}) {
-    Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
-    be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
-    Tensor tx = upload(*be, x, {H, T, 1, 1});
-    be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w,
-                     .out = &y});
-    ids_got[i] = be->read_i32(ids);
-    wts[i] = be->read_f32(w);
-    out[i] = be->read_f32(y);
-    ++i;
-  }
-  EXPECT_EQ(ids_got[0], ids_got[1]);
-  report_close(wts[0], widen(wts[1]), 1e-6, "moe_route weights");
-  report_close(out[0], widen(out[1]), matmul_tolerance(H + F), "moe_experts");
+  MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+  EXPECT_EQ(c.ids, r.ids);
+  report_close(c.weights, widen(r.weights), 1e-6, "moe_route weights");
+  report_close(c.out, widen(r.out), matmul_tolerance(H + F), "moe_experts");
 }
 
 TEST_F(CudaVsRef, WideNormsAndHcRead) {
@@ -265,17 +269,8 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
       auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 192, 0.1f));
       auto logits = random_values(E * T, 193, 2.0f);
       auto x = random_values(H * T, 194);
-      std::vector<float> out[2];
-      int i = 0;
-      for (Backend* be : {cuda.get(), ref.get()}) {
-        Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
-        be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
-        Tensor tx = upload(*be, x, {H, T, 1, 1});
-        be->moe_experts({.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids,
-                         .weights = &w, .out = &y});
-        out[i++] = be->read_f32(y);
-      }
-      report_close(out[0], widen(out[1]), matmul_tolerance(H + F),
+      MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+      report_close(c.out, widen(r.out), matmul_tolerance(H + F),
                    "moe decode " + std::string(type_name(gate_up)) + " T=" + std::to_string(T));
     }
   }
@@ -382,21 +377,9 @@ TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
   }
   logits[7 * E + 31] = 40.0f;  // ... except expert 31, once
   auto x = random_values(H * T, 99);
-  std::vector<float> out[2];
-  std::vector<int32_t> ids_got[2];
-  int i = 0;
-  for (Backend* be : {cuda.get(), ref.get()}) {
-    Tensor ids = be->alloc(DType::I32, {k, T, 1, 1}), w = be->alloc_f32(k, T), y = be->alloc_f32(H, T);
-    be->moe_route(upload(*be, logits, {E, T, 1, 1}), k, ids, w);
-    Tensor tx = upload(*be, x, {H, T, 1, 1});
-    be->moe_experts(
-        {.x = &tx, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w, .ids = &ids, .weights = &w, .out = &y});
-    ids_got[i] = be->read_i32(ids);
-    out[i] = be->read_f32(y);
-    ++i;
-  }
-  EXPECT_EQ(ids_got[0], ids_got[1]);
-  report_close(out[0], widen(out[1]), matmul_tolerance(H + F), "moe_experts grouped E=40");
+  MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+  EXPECT_EQ(c.ids, r.ids);
+  report_close(c.out, widen(r.out), matmul_tolerance(H + F), "moe_experts grouped E=40");
 }
 
 // The chunked scan over many chunks (more than one round of the chunk kernels at T = 2100), with
