@@ -6,9 +6,10 @@
 // "<tensor>.counts" [1, n_mat] F32, general.type "imatrix", imatrix.datasets / chunk_count /
 // chunk_size), which `regolith quantize --imatrix` and llama.cpp's llama-quantize both read.
 //
-// Inputs read back to the host: mul_mat's and mul_mat_shared_input's x; moe_experts' x and, for the down projections, the
-// SwiGLU of each routed (token, expert) pair, recomputed through the wrapped backend on one-expert
-// views of the stacked weights (a GPU backend stages those views separately); hc_read's normed
+// Inputs read back to the host: mul_mat's and mul_mat_shared_input's x; moe_experts' x and, for
+// the down projections, the SwiGLU of each routed (token, expert) pair, recomputed through the
+// wrapped backend on one-expert views of the stacked weights (a GPU backend stages those views
+// separately); hc_read's normed
 // streams (input of down and inject) and silu(down·n/S) (input of up), also recomputed. Token
 // embeddings and the n-gram table are row gathers, not products, and get no entry.
 #pragma once
