@@ -1,5 +1,5 @@
-// Backend-independent pieces of ops.h: tensor views, host reads, products that share an input,
-// and the prefill/decode dispatch of the GDN scan.
+// Backend-independent pieces of ops.h: tensor views, argument checks, host reads, products that
+// share an input, and the prefill/decode dispatch of the GDN scan.
 #include <cstring>
 
 #include "backend/ops.h"
@@ -14,6 +14,16 @@ Tensor Tensor::reshaped(std::array<int64_t, 4> ne) const {
 }
 
 std::string Tensor::shape_string() const { return cat("{", ne_[0], ", ", ne_[1], ", ", ne_[2], ", ", ne_[3], "}"); }
+
+void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
+  if (t.empty() || t.ne() != ne)
+    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
+         ne[1], ", ", ne[2], ", ", ne[3], "}");
+}
+
+void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
+}
 
 std::vector<float> Backend::read_f32(const Tensor& t) {
   if (t.dtype() != DType::F32) fail("read_f32 on a non-F32 tensor");

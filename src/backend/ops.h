@@ -55,6 +55,11 @@ class Tensor {
   int64_t offset_ = 0;  // in elements
 };
 
+// Argument checks every backend's ops share: throw Error naming the op, the argument, what it
+// is and what was expected.
+void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what);
+void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what);
+
 // A weight: a read-only view of one GGUF tensor. Row r (of ne[1]·ne[2]·ne[3] rows) starts at
 // data + r·row_bytes and holds ne[0] values of `type`.
 struct Weight {

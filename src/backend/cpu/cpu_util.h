@@ -15,16 +15,6 @@
 
 namespace regolith::cpu {
 
-inline void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
-  if (t.empty() || t.ne() != ne)
-    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
-         ne[1], ", ", ne[2], ", ", ne[3], "}");
-}
-
-inline void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
-  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
-}
-
 // Consecutive rows of a weight: K values of `type` each, row r at data + r·row_bytes.
 struct WeightRows {
   GgmlType type = GgmlType::F32;

@@ -21,16 +21,6 @@ inline void check(cudaError_t e, const char* what) {
 // After every launch: a bad configuration shows here, a fault in the kernel at the next sync.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
-inline void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
-  if (t.empty() || t.ne() != ne)
-    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
-         ne[1], ", ", ne[2], ", ", ne[3], "}");
-}
-
-inline void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
-  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
-}
-
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }

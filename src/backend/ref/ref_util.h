@@ -38,16 +38,6 @@ inline std::vector<float> weight_values(const Weight& w) {
   return out;
 }
 
-inline void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
-  if (t.empty() || t.ne() != ne)
-    fail(op, ": ", what, " is ", t.empty() ? std::string("missing") : t.shape_string(), ", expected {", ne[0], ", ",
-         ne[1], ", ", ne[2], ", ", ne[3], "}");
-}
-
-inline void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
-  if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
-}
-
 inline double dot(const float* a, const float* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
