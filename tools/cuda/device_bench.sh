@@ -3,7 +3,8 @@
 # geometry benchmark model (64 routed experts; Q8_0 matrices, and RECIPE=q4k makes the routed
 # gate/up Q4_K as issue 7 specifies; its experts are written with --repeat-experts, since
 # quantizing 64 distinct experts to Q4_K took about 6 minutes of device time)
-# and runs `regolith bench` on the CUDA backend at the depths in DEPTHS (default "0 8192"), with
+# and runs `regolith bench` on the CUDA backend at the depths in DEPTHS (default "0 8192"; depth 0
+# measures prefill at PREFILL, default "2048,8192", the others decode), with
 # step graphs off and, with GRAPHS=1, on. Each run has a time limit, so a slow one still leaves
 # the table so far. Output also goes to $OUT/bench.txt.
 #   tools/cuda/device_bench.sh [BUILD_DIR]
@@ -29,7 +30,7 @@ ls -l "$model"
 echo "mkmodel: $(($(date +%s) - t0)) s"
 bench() {  # depth, graphs (0/1)
   local args=(-m "$model" --backend cuda -d "$1")
-  if [ "$1" = 0 ]; then args+=(-p "${PREFILL:-512,2048}" -n 128 -r 3); else args+=(-p 512 -n 64 -r "${DEEP_REPS:-2}" --fill-chunk 4096); fi
+  if [ "$1" = 0 ]; then args+=(-p "${PREFILL:-2048,8192}" -n 128 -r 3); else args+=(-p 512 -n 128 -r "${DEEP_REPS:-2}" --fill-chunk 4096); fi
   echo "### depth $1, REGOLITH_CUDA_GRAPHS=$2" | tee -a "$out/bench.txt"
   REGOLITH_CUDA_GRAPHS=$2 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench "${args[@]}" | tee -a "$out/bench.txt"
   echo "bench depth $1 graphs $2 done at $(($(date +%s) - t0)) s"
