@@ -19,6 +19,7 @@
 
 #include "backend/ops.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_profile.cuh"
 
 namespace regolith::cuda {
 
@@ -131,6 +132,8 @@ class CudaBackend final : public Backend {
   void resume();
   bool graphs_ = false, capturing_ = false;
   cudaGraphExec_t graph_exec_ = nullptr;
+
+  OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (not with step graphs): device time per op
 };
 
 }  // namespace regolith::cuda

@@ -106,6 +106,7 @@ constexpr int64_t kConvStepTokens = 8;
 }  // namespace
 
 void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
+  OpScope scope(profiler_, "get_rows", out.ne(1), stream_);
   // Gathered on the host from the mapped file: the tables (token embedding, PLE n-gram rows) can
   // be far larger than what one call needs, and the PLE table is meant to stay off the device.
   int64_t n = table.ne[0];
@@ -120,6 +121,7 @@ void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Te
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  OpScope scope(profiler_, "add", a.ne(1), stream_);
   expect_shape(b, a.ne(), "add", "b");
   expect_shape(out, a.ne(), "add", "out");
   int64_t n = a.n_elements();
@@ -129,6 +131,7 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
+  OpScope scope(profiler_, "repeat_streams", x.ne(1), stream_);
   int64_t H = x.ne(0), T = x.ne(1);
   expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
   int64_t n = H * n_streams * T;
@@ -138,6 +141,7 @@ void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
+  OpScope scope(profiler_, "rms_norm", -1, stream_);
   int64_t n = x.ne(0);
   if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
   expect_shape(out, x.ne(), "rms_norm", "out");
@@ -157,6 +161,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
 }
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
+  OpScope scope(profiler_, "rope", static_cast<int64_t>(positions.size()), stream_);
   int64_t hd = x.ne(0), nh = x.ne(1), T = x.ne(2);
   if (static_cast<int64_t>(positions.size()) != T || x.ne(3) != 1)
     fail("rope: ", positions.size(), " positions for ", x.shape_string());
@@ -171,6 +176,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_
 }
 
 void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
+  OpScope scope(profiler_, "swiglu", g.ne(1), stream_);
   expect_shape(u, g.ne(), "swiglu", "u");
   expect_shape(out, g.ne(), "swiglu", "out");
   int64_t n = g.n_elements();
@@ -180,6 +186,7 @@ void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
 }
 
 void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
+  OpScope scope(profiler_, "add_sigmoid_gated", x.ne(1), stream_);
   int64_t n = acc.ne(0), T = acc.ne(1);
   expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
   expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
@@ -189,6 +196,7 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
 }
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
+  OpScope scope(profiler_, "causal_conv", x.ne(1), stream_);
   int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0];
   if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
   int64_t L = (K - 1) * dilation;

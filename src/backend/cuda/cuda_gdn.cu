@@ -1,9 +1,9 @@
 // CUDA Gated DeltaNet (model-spec §4.4): gates, the delta rule, the sigmoid-gated output norm.
 //
-// Decode (and heads too wide for the chunk kernels) uses the token-by-token scan: each warp owns
+// Decode (and heads too wide for the chunk kernels) uses the token-by-token scan: each block owns
 // 32 value columns j of one v head. Column j of the state S[i][j] only ever meets column j (decay,
-// S^T k, the rank-1 update, S^T q), so warps never talk to each other; the warp keeps its columns
-// in shared memory in FP64 for the whole call, as the reference does per head.
+// S^T k, the rank-1 update, S^T q), so blocks never talk to each other; the block keeps its
+// columns in registers in FP64 for the whole call, as the reference does per head.
 //
 // Prefill uses the chunked WY form of the CPU backend (cpu_gdn.cpp), in FP32, in two kernels per
 // round of chunks. The first works on every (chunk, v head) at once: everything that does not
@@ -29,59 +29,99 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
   beta[i] = static_cast<float>(sigmoid_d(beta_raw[i]));
 }
 
-// Grid (nv, ceil(dv/32)), one warp per block; shared: S slice [dk][32], q [dk], k [dk], FP64.
-__global__ void gdn_scan_kernel(const float* qkv, const float* g, const float* beta, float* state, float* out,
-                                int64_t T, int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
-  extern __shared__ double smem[];
-  double* S = smem;             // [dk][32]
-  double* q = S + dk * 32;      // [dk]
-  double* k = q + dk;           // [dk]
-  const int lane = threadIdx.x;
+constexpr int kStepWarps = 8;
+
+// Grid (nv, ceil(dv/32)), kStepWarps warps a block: lane l is value column j = 32·blockIdx.y + l,
+// warp w holds the key rows i ≡ w (mod kStepWarps) of those columns in registers, in FP64 as the
+// reference computes (kRows per thread bounds dk). Every row load is one 128-byte line, and the
+// 8 warps × kRows loads of a block are all in flight at once. The two sums over i (S^T k, S^T q)
+// are per-warp partials added in warp order through shared memory.
+template <int kRows>
+__global__ void __launch_bounds__(kStepWarps * 32)
+    gdn_scan_kernel(const float* qkv, const float* g, const float* beta, float* state, float* out, int64_t T,
+                    int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
+  __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
+  __shared__ double part[kStepWarps][32];
+  __shared__ double norm_scale[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h = blockIdx.x, kh = h % nk, j = static_cast<int64_t>(blockIdx.y) * 32 + lane;
   const bool active = j < dv;
   const int64_t C = 2 * nk * dk + nv * dv;
   float* Sh = state + h * dk * dv;  // [dk][dv]
-  for (int64_t i = 0; i < dk; ++i) S[i * 32 + lane] = active ? static_cast<double>(Sh[i * dv + j]) : 0.0;
+  double S[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = warp + r * kStepWarps;
+    S[r] = active && i < dk ? static_cast<double>(Sh[i * dv + j]) : 0.0;
+  }
   const double q_scale = 1.0 / sqrt(static_cast<double>(dk));
   for (int64_t t = 0; t < T; ++t) {
     const float* row = qkv + t * C;
-    double ssq = 0, ssk = 0;
-    for (int64_t i = lane; i < dk; i += 32) {
-      double qi = row[kh * dk + i], ki = row[nk * dk + kh * dk + i];
-      q[i] = qi;
-      k[i] = ki;
-      ssq += qi * qi;
-      ssk += ki * ki;
+    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+      q[i] = row[kh * dk + i];
+      k[i] = row[nk * dk + kh * dk + i];
     }
-    ssq = warp_sum(ssq);
-    ssk = warp_sum(ssk);
-    const double rq = q_scale / sqrt(ssq + 1e-6), rk = 1.0 / sqrt(ssk + 1e-6);
-    for (int64_t i = lane; i < dk; i += 32) {
-      q[i] *= rq;
-      k[i] *= rk;
+    __syncthreads();
+    if (warp == 0) {
+      double ssq = 0, ssk = 0;
+      for (int64_t i = lane; i < dk; i += 32) {
+        ssq += q[i] * q[i];
+        ssk += k[i] * k[i];
+      }
+      ssq = warp_sum(ssq);
+      ssk = warp_sum(ssk);
+      if (lane == 0) {
+        norm_scale[0] = q_scale / sqrt(ssq + 1e-6);
+        norm_scale[1] = 1.0 / sqrt(ssk + 1e-6);
+      }
     }
-    __syncwarp();
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+      q[i] *= norm_scale[0];
+      k[i] *= norm_scale[1];
+    }
+    __syncthreads();
     const double decay = exp(static_cast<double>(g[t * nv + h]));
     const double b = beta[t * nv + h];
     const double v = active ? static_cast<double>(row[2 * nk * dk + h * dv + j]) : 0.0;
     double m = 0;
-    for (int64_t i = 0; i < dk; ++i) {
-      double s = S[i * 32 + lane] * decay;
-      S[i * 32 + lane] = s;
-      m += s * k[i];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t i = warp + r * kStepWarps;
+      if (i < dk) {
+        S[r] *= decay;
+        m += S[r] * k[i];
+      }
     }
+    part[warp][lane] = m;
+    __syncthreads();
+    m = 0;
+    for (int w = 0; w < kStepWarps; ++w) m += part[w][lane];
     const double delta = b * (v - m);
     double o = 0;
-    for (int64_t i = 0; i < dk; ++i) {
-      double s = S[i * 32 + lane] + k[i] * delta;
-      S[i * 32 + lane] = s;
-      o += s * q[i];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t i = warp + r * kStepWarps;
+      if (i < dk) {
+        S[r] += k[i] * delta;
+        o += S[r] * q[i];
+      }
     }
-    if (active) out[t * nv * dv + h * dv + j] = static_cast<float>(o);
-    __syncwarp();  // q, k are rewritten for the next token
+    __syncthreads();  // every warp has read part
+    part[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0 && active) {
+      o = 0;
+      for (int w = 0; w < kStepWarps; ++w) o += part[w][lane];
+      out[t * nv * dv + h * dv + j] = static_cast<float>(o);
+    }
+    __syncthreads();  // q, k and part are rewritten for the next token
   }
-  if (active)
-    for (int64_t i = 0; i < dk; ++i) Sh[i * dv + j] = static_cast<float>(S[i * 32 + lane]);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = warp + r * kStepWarps;
+    if (active && i < dk) Sh[i * dv + j] = static_cast<float>(S[r]);
+  }
 }
 
 __global__ void gated_rms_norm_kernel(const float* x, const float* z, const float* w, int64_t dv, float eps,
@@ -108,15 +148,20 @@ void check_scan(const GdnScanArgs& a, const char* op) {
   expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
 }
 
-void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
-  size_t smem = static_cast<size_t>(a.dk) * (32 + 2) * sizeof(double);
-  if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(gdn_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "gdn_scan_kernel shared memory");
+template <int kRows>
+void launch_scan_rows(const GdnScanArgs& a, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
-  gdn_scan_kernel<<<grid, 32, smem, stream>>>(a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(),
-                                              a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
+  gdn_scan_kernel<kRows><<<grid, kStepWarps * 32, 0, stream>>>(a.qkv->f32(), a.g->f32(), a.beta->f32(),
+                                                                a.state->f32(), a.out->f32(), a.qkv->ne(1),
+                                                                a.n_k_heads, a.n_v_heads, a.dk, a.dv);
   check_launch("gdn_scan_kernel");
+}
+
+void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
+  if (a.dk <= 4 * kStepWarps) return launch_scan_rows<4>(a, stream);
+  if (a.dk <= 16 * kStepWarps) return launch_scan_rows<16>(a, stream);
+  if (a.dk <= 64 * kStepWarps) return launch_scan_rows<64>(a, stream);
+  fail("gdn_recurrent: key heads of ", a.dk, " exceed the CUDA kernel's ", 64 * kStepWarps);
 }
 
 constexpr int kChunk = 64;  // tokens per chunk, as the CPU and reference backends
@@ -382,6 +427,7 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 
 void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                             Tensor& g, Tensor& beta) {
+  OpScope scope(profiler_, "gdn_gates", alpha.ne(1), stream_);
   int64_t nv = alpha.ne(0), T = alpha.ne(1);
   if (ssm_a.n_elements() != nv || dt_bias.n_elements() != nv)
     fail("gdn_gates: ", ssm_a.name, " / ", dt_bias.name, " do not have ", nv, " heads");
@@ -395,11 +441,13 @@ void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const W
 }
 
 void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
+  OpScope scope(profiler_, "gdn_recurrent", a.qkv->ne(1), stream_);
   check_scan(a, "gdn_recurrent");
   if (a.qkv->ne(1) > 0) launch_scan(a, stream_);
 }
 
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
+  OpScope scope(profiler_, "gdn_chunked", a.qkv->ne(1), stream_);
   check_scan(a, "gdn_chunked");
   const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
   if (T == 0) return;
@@ -432,6 +480,7 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
 }
 
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) {
+  OpScope scope(profiler_, "gated_rms_norm", -1, stream_);
   int64_t dv = w.n_elements();
   if (dv <= 0 || x.ne(0) % dv) fail("gated_rms_norm: ", w.name, " (", dv, ") does not divide ", x.ne(0));
   expect_shape(z, x.ne(), "gated_rms_norm", "z");

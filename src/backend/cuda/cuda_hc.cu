@@ -110,6 +110,7 @@ __global__ void ple_gate_kernel(const float* key, const float* qry, const float*
 }  // namespace
 
 void CudaBackend::hc_read(const HcReadArgs& a) {
+  OpScope scope(profiler_, "hc_read", a.R->ne(1), stream_);
   const Tensor& R = *a.R;
   int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = S > 0 ? W / S : 0, r = a.down->ne[1];
   if (S <= 0 || W % S) fail("hc_read: ", S, " streams do not divide ", W);
@@ -156,6 +157,7 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
 }
 
 void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
+  OpScope scope(profiler_, "hc_write", y.ne(1), stream_);
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
   if (H * S != W) fail("hc_write: ", S, " streams of ", H, " do not make ", W);
   expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
@@ -166,6 +168,7 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
 }
 
 void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
+  OpScope scope(profiler_, "ple_gate", val.ne(1), stream_);
   int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
   if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
   expect_shape(qry, key.ne(), "ple_gate", "qry");

@@ -170,6 +170,7 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
 }
 
 void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
+  OpScope scope(profiler_, "mul_mat", x.ne(1), stream_, w.ne[1]);
   int64_t K = w.ne[0], N = w.ne[1], T = x.ne(1);
   if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
   expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
@@ -178,6 +179,7 @@ void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
 }
 
 void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
+  OpScope scope(profiler_, "mul_mat_shared_input", x.ne(1), stream_, ws.empty() ? 0 : ws[0]->ne[1]);
   if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
   const int64_t K = x.ne(0), T = x.ne(1);
   // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.

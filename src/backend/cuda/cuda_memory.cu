@@ -72,7 +72,18 @@ void DevicePool::put(void* p, size_t rounded) {
   free_[rounded].push_back(p);
 }
 
-CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()) {
+namespace {
+
+bool env_is_1(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string_view(v) == "1";
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend()
+    : pool_(std::make_shared<DevicePool>()),
+      profiler_(env_is_1("REGOLITH_CUDA_PROFILE") && !env_is_1("REGOLITH_CUDA_GRAPHS")) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
@@ -80,8 +91,7 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
-  const char* graphs = std::getenv("REGOLITH_CUDA_GRAPHS");
-  graphs_ = graphs && std::string_view(graphs) == "1";
+  graphs_ = env_is_1("REGOLITH_CUDA_GRAPHS");
   resume();
 }
 
@@ -170,11 +180,13 @@ void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
   flush();
   check(cudaMemcpyAsync(dst, src.f32(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
   check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
+  profiler_.collect();
   staging_head_ = 0;  // every staged upload has landed
   resume();
 }
 
 void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
+  OpScope scope(profiler_, "copy", -1, stream_);
   if (src.dtype() != dst.dtype()) fail("copy: dtypes differ");
   if (n < 0 || src_off < 0 || dst_off < 0 || src_off + n > src.n_elements() || dst_off + n > dst.n_elements())
     fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",

@@ -292,6 +292,7 @@ void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, i
 }  // namespace
 
 void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) {
+  OpScope scope(profiler_, "moe_route", logits.ne(1), stream_);
   int64_t E = logits.ne(0), T = logits.ne(1);
   if (k <= 0 || k > E) fail("moe_route: top ", k, " of ", E, " experts");
   expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
@@ -302,6 +303,7 @@ void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor
 }
 
 void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
+  OpScope scope(profiler_, "moe_experts", a.x->ne(1), stream_);
   const Weight &wg = *a.gate_exps, &wu = *a.up_exps, &wd = *a.down_exps;
   int64_t H = wg.ne[0], F = wg.ne[1], E = wg.ne[2], T = a.x->ne(1), k = a.ids->ne(0);
   if (wu.ne != wg.ne || wd.ne[0] != F || wd.ne[1] != H || wd.ne[2] != E)

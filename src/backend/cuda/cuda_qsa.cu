@@ -289,6 +289,7 @@ __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m
 }  // namespace
 
 void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
+  OpScope scope(profiler_, "split_q_gate", qg.ne(2), stream_);
   int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
   expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
   expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
@@ -299,6 +300,7 @@ void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
 }
 
 void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
+  OpScope scope(profiler_, "qsa_pool", -1, stream_);
   int64_t d = a.raw_keys->ne(0);
   if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
   if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
@@ -314,6 +316,7 @@ void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
 }
 
 void CudaBackend::qsa_select(const QsaSelectArgs& a) {
+  OpScope scope(profiler_, "qsa_select", static_cast<int64_t>(a.positions.size()), stream_);
   int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
   if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
   if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
@@ -343,6 +346,7 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
 }
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
+  OpScope scope(profiler_, "qsa_attend", a.q->ne(2), stream_);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel->ne(0);
   if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");

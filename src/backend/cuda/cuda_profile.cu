@@ -1,0 +1,68 @@
+#include "backend/cuda/cuda_profile.cuh"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace regolith::cuda {
+
+cudaEvent_t OpProfiler::event() {
+  if (!spare_.empty()) {
+    cudaEvent_t e = spare_.back();
+    spare_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreate(&e), "profile event");
+  return e;
+}
+
+void OpProfiler::begin(const char* name, int64_t T, int64_t tag, cudaStream_t stream) {
+  if (depth_++ > 0) return;  // an op inside an op: the outer span holds it
+  if (T >= 0) decode_ = T == 1;
+  Span s{tag ? std::string(name) + "[" + std::to_string(tag) + "]" : std::string(name), decode_, event(), nullptr};
+  check(cudaEventRecord(s.start, stream), "profile event");
+  open_.push_back(s);
+}
+
+void OpProfiler::end(cudaStream_t stream) {
+  if (--depth_ > 0) return;
+  open_.back().stop = event();
+  check(cudaEventRecord(open_.back().stop, stream), "profile event");
+}
+
+void OpProfiler::collect() {
+  for (Span& s : open_) {
+    float ms = 0;
+    if (s.stop && cudaEventElapsedTime(&ms, s.start, s.stop) == cudaSuccess) {
+      Total& t = totals_[s.decode ? 1 : 0][s.name];
+      t.ms += ms;
+      ++t.calls;
+    }
+    spare_.push_back(s.start);
+    if (s.stop) spare_.push_back(s.stop);
+  }
+  open_.clear();
+  cudaGetLastError();  // an unfinished span is not an error of the next op
+}
+
+OpProfiler::~OpProfiler() {
+  if (!enabled_) return;
+  collect();
+  for (int decode = 1; decode >= 0; --decode) {
+    std::vector<std::pair<std::string, Total>> rows(totals_[decode].begin(), totals_[decode].end());
+    if (rows.empty()) continue;
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double all = 0;
+    for (const auto& r : rows) all += r.second.ms;
+    std::fprintf(stderr, "cuda profile, %s calls: %.1f ms in all\n  %-30s %10s %8s %10s %6s\n",
+                 decode ? "one-token" : "multi-token", all, "op", "ms", "calls", "us/call", "share");
+    for (const auto& [name, t] : rows)
+      std::fprintf(stderr, "  %-30s %10.2f %8lld %10.2f %5.1f%%\n", name.c_str(), t.ms, static_cast<long long>(t.calls),
+                   1e3 * t.ms / static_cast<double>(t.calls), 100.0 * t.ms / all);
+  }
+  for (cudaEvent_t e : spare_) cudaEventDestroy(e);
+}
+
+}  // namespace regolith::cuda

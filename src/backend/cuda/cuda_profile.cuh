@@ -1,0 +1,70 @@
+// Device time per op (REGOLITH_CUDA_PROFILE=1): the backend brackets every op with two CUDA events,
+// resolves them whenever the host waits for the stream anyway (read), and prints, when it is
+// destroyed, a table of milliseconds per op on stderr, split into one-token calls (decode) and
+// longer ones (prefill). The spans include any gap before an op's first kernel while the stream
+// was idle, so a launch-bound run shows up as time in many small ops. Off, an op pays one branch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace regolith::cuda {
+
+class OpProfiler {
+ public:
+  explicit OpProfiler(bool enabled) : enabled_(enabled) {}
+  ~OpProfiler();
+  OpProfiler(const OpProfiler&) = delete;
+  OpProfiler& operator=(const OpProfiler&) = delete;
+
+  bool enabled() const { return enabled_; }
+  // Marks the start and the end of op `name` (a string literal) over T tokens on `stream`; T < 0
+  // (an op whose shape does not tell) counts it with the op before.
+  // `tag`, when not 0, is printed after the name and kept apart (a matrix's rows, N).
+  void begin(const char* name, int64_t T, int64_t tag, cudaStream_t stream);
+  void end(cudaStream_t stream);
+  // After the stream has drained: adds every finished span to the totals.
+  void collect();
+
+ private:
+  struct Span {
+    std::string name;
+    bool decode;
+    cudaEvent_t start, stop;
+  };
+  struct Total {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  cudaEvent_t event();
+
+  bool enabled_;
+  int depth_ = 0;           // ops now open (one op may call another)
+  bool decode_ = false;     // the phase of the last op that knew its token count
+  std::vector<Span> open_;  // recorded, not yet resolved; the last may lack its stop
+  std::vector<cudaEvent_t> spare_;
+  std::map<std::string, Total> totals_[2];  // [0] prefill, [1] decode
+};
+
+// Brackets one op: `OpScope scope(profiler_, "mul_mat", T, stream_);` at the top of the op.
+class OpScope {
+ public:
+  OpScope(OpProfiler& p, const char* name, int64_t T, cudaStream_t stream, int64_t tag = 0) : p_(p), stream_(stream) {
+    if (p_.enabled()) p_.begin(name, T, tag, stream_);
+  }
+  ~OpScope() {
+    if (p_.enabled()) p_.end(stream_);
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpProfiler& p_;
+  cudaStream_t stream_;
+};
+
+}  // namespace regolith::cuda
