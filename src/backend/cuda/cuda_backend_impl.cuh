@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,7 +20,9 @@
 
 #include "backend/ops.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_profile.cuh"
+#include "backend/cuda/cuda_step_graph.cuh"
 
 namespace regolith::cuda {
 
@@ -28,6 +31,9 @@ namespace regolith::cuda {
 class DevicePool {
  public:
   ~DevicePool();
+  // Called before cached buffers go back to the driver (when memory runs out), so that recorded
+  // work that still uses them reaches the device first.
+  std::function<void()> before_release;
   void* get(size_t bytes, size_t& rounded);
   void put(void* p, size_t rounded);
 
@@ -122,16 +128,12 @@ class CudaBackend final : public Backend {
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
 
-  // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream is kept in capture, so everything queued
-  // between two host waits (a decode step: ops from one logits read to the next) becomes one
-  // graph, launched when the host next has to wait. The previous executable graph is updated
-  // in place when only parameters changed (pointers, sizes), which costs less than a new one.
-  // Host waits and uploads from pageable memory, which a capture cannot hold, call flush()
-  // first and resume() after.
+  // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
+  // everything queued between two host waits (a decode step: the ops from one logits read to the
+  // next) goes to the device as one graph, reused while the sequence of kernels stays the same.
+  // Host waits and direct transfers (pageable uploads, weight uploads) call flush() first.
   void flush();
-  void resume();
-  bool graphs_ = false, capturing_ = false;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  std::unique_ptr<StepRecorder> recorder_;
 
   OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (not with step graphs): device time per op
 };

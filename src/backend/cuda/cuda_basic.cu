@@ -126,7 +126,7 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   expect_shape(out, a.ne(), "add", "out");
   int64_t n = a.n_elements();
   if (n == 0) return;
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(a.f32(), b.f32(), out.f32(), n);
+  launch(stream_, add_kernel, blocks_for(n, kThreads), kThreads, 0, a.f32(), b.f32(), out.f32(), n);
   check_launch("add_kernel");
 }
 
@@ -136,7 +136,7 @@ void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out
   expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
   int64_t n = H * n_streams * T;
   if (n == 0) return;
-  repeat_streams_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x.f32(), H, n_streams, T, out.f32());
+  launch(stream_, repeat_streams_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), H, n_streams, T, out.f32());
   check_launch("repeat_streams_kernel");
 }
 
@@ -156,7 +156,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
   int64_t n_groups = x.n_elements() / group;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
-  rms_norm_kernel<<<static_cast<unsigned>(n_groups), threads, 0, stream_>>>(x.f32(), wv, group, n, w_len, eps, out.f32());
+  launch(stream_, rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32());
   check_launch("rms_norm_kernel");
 }
 
@@ -170,8 +170,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_
   if (n == 0) return;
   std::vector<float> inv = rope_inv_freq(n_rot, theta);
   Tensor pos = upload_scratch(positions), freq = upload_scratch(std::span<const float>(inv));
-  rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x.f32(), reinterpret_cast<const int64_t*>(pos.f32()),
-                                                                  freq.f32(), hd, nh, T, half);
+  launch(stream_, rope_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), reinterpret_cast<const int64_t*>(pos.f32()), freq.f32(), hd, nh, T, half);
   check_launch("rope_kernel");
 }
 
@@ -181,7 +180,7 @@ void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
   expect_shape(out, g.ne(), "swiglu", "out");
   int64_t n = g.n_elements();
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(g.f32(), u.f32(), out.f32(), n);
+  launch(stream_, swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, g.f32(), u.f32(), out.f32(), n);
   check_launch("swiglu_kernel");
 }
 
@@ -191,7 +190,7 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
   expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
   expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
   if (n * T == 0) return;
-  add_sigmoid_gated_kernel<<<blocks_for(n * T, kThreads), kThreads, 0, stream_>>>(acc.f32(), x.f32(), s.f32(), n, T);
+  launch(stream_, add_sigmoid_gated_kernel, blocks_for(n * T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
   check_launch("add_sigmoid_gated_kernel");
 }
 
@@ -205,21 +204,18 @@ void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w,
   const float* wv = values(w);
   if (T <= kConvStepTokens) {
     if (C * T > 0) {
-      causal_conv_step_kernel<<<blocks_for(C, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), wv, C, T, K,
-                                                                                 dilation, out.f32());
+      launch(stream_, causal_conv_step_kernel, blocks_for(C, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
       check_launch("causal_conv_step_kernel");
     }
     return;
   }
   if (C * T > 0) {
-    causal_conv_kernel<<<blocks_for(C * T, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), wv, C, T, K,
-                                                                              dilation, out.f32());
+    launch(stream_, causal_conv_kernel, blocks_for(C * T, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
     check_launch("causal_conv_kernel");
   }
   if (C * L > 0) {
     Tensor next = scratch_f32(C * L);
-    conv_history_kernel<<<blocks_for(C * L, kThreads), kThreads, 0, stream_>>>(x.f32(), history.f32(), C, T, L,
-                                                                               next.f32());
+    launch(stream_, conv_history_kernel, blocks_for(C * L, kThreads), kThreads, 0, x.f32(), history.f32(), C, T, L, next.f32());
     check_launch("conv_history_kernel");
     copy(next, 0, history, 0, C * L);
   }

@@ -129,29 +129,25 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   if (T == 1 && S == 4 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
       (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
     dispatch_unit(down.type, [&](auto unit) {
-      hc_down_inject_kernel<decltype(unit)><<<blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0,
-                                              stream_>>>(down.data, inject ? inject->data : nullptr, down.row_bytes, W,
-                                                         r, S, n.f32(), lo.f32(),
-                                                         inject ? a.inject_w->f32() : nullptr);
+      launch(stream_, hc_down_inject_kernel<decltype(unit)>, blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, W, r, S, n.f32(), lo.f32(), inject ? a.inject_w->f32() : nullptr);
     });
     check_launch("hc_down_inject_kernel");
     dispatch_unit(up.type, [&](auto unit) {
-      hc_up_mix_kernel<decltype(unit)><<<static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, stream_>>>(
-          up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
+      launch(stream_, hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
     });
     check_launch("hc_up_mix_kernel");
     return;
   }
   Tensor m = scratch_f32(W * T);
   matmul(down, n.f32(), T, lo.f32());
-  scaled_silu_kernel<<<blocks_for(r * T, kThreads), kThreads, 0, stream_>>>(lo.f32(), r * T, 1.0 / S);
+  launch(stream_, scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
   check_launch("scaled_silu_kernel");
   matmul(up, lo.f32(), T, m.f32());
-  hc_mix_kernel<<<blocks_for(H * T, kThreads), kThreads, 0, stream_>>>(m.f32(), n.f32(), H, S, T, a.x->f32());
+  launch(stream_, hc_mix_kernel, blocks_for(H * T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
   check_launch("hc_mix_kernel");
   if (a.inject) {
     matmul(*inject, n.f32(), T, a.inject_w->f32());
-    inject_weights_kernel<<<blocks_for(S * T, kThreads), kThreads, 0, stream_>>>(a.inject_w->f32(), S * T, 1.0 / S);
+    launch(stream_, inject_weights_kernel, blocks_for(S * T, kThreads), kThreads, 0, a.inject_w->f32(), S * T, 1.0 / S);
     check_launch("inject_weights_kernel");
   }
 }
@@ -163,7 +159,7 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
   expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
   expect_shape(inject_w, {S, T, 1, 1}, "hc_write", "inject_w");
   if (W * T == 0) return;
-  hc_write_kernel<<<blocks_for(W * T, kThreads), kThreads, 0, stream_>>>(R.f32(), y.f32(), inject_w.f32(), H, S, T);
+  launch(stream_, hc_write_kernel, blocks_for(W * T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
   check_launch("hc_write_kernel");
 }
 
@@ -176,7 +172,7 @@ void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& v
   expect_shape(out, key.ne(), "ple_gate", "out");
   if (n_streams * T == 0) return;
   dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(n_streams));
-  ple_gate_kernel<<<grid, 128, 0, stream_>>>(key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());
+  launch(stream_, ple_gate_kernel, grid, 128, 0, key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());
   check_launch("ple_gate_kernel");
 }
 

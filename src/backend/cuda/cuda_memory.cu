@@ -58,6 +58,7 @@ void* DevicePool::get(size_t bytes, size_t& rounded) {
   if (e != cudaSuccess) {
     // Give the cached buffers back to the driver and try once more before failing.
     cudaGetLastError();
+    if (before_release) before_release();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [size, list] : free_)
       for (void* q : list) cudaFree(q);
@@ -91,50 +92,32 @@ CudaBackend::CudaBackend()
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
-  graphs_ = env_is_1("REGOLITH_CUDA_GRAPHS");
-  resume();
+  if (env_is_1("REGOLITH_CUDA_GRAPHS")) {
+    recorder_ = std::make_unique<StepRecorder>(stream_);
+    recorder_->set_recording(true);
+    pool_->before_release = [this] {
+      flush();
+      check(cudaStreamSynchronize(stream_), "release of cached buffers");
+    };
+  }
 }
 
 CudaBackend::~CudaBackend() {
+  pool_->before_release = nullptr;  // tensors may outlive the backend
   try {
     flush();
   } catch (const Error&) {
-    // The work of a failed capture is lost with the backend anyway.
+    // The recorded work of a failed step is lost with the backend anyway.
   }
-  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   cudaStreamSynchronize(stream_);
+  recorder_.reset();
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);
   cudaStreamDestroy(stream_);
 }
 
 void CudaBackend::flush() {
-  if (!capturing_) return;
-  capturing_ = false;
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(stream_, &graph), "end of graph capture");
-  size_t n_nodes = 0;
-  check(cudaGraphGetNodes(graph, nullptr, &n_nodes), "graph nodes");
-  if (n_nodes > 0) {
-    if (graph_exec_) {
-      cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(graph_exec_, graph, &info) != cudaSuccess) {
-        cudaGetLastError();  // another shape of step: instantiate it instead
-        cudaGraphExecDestroy(graph_exec_);
-        graph_exec_ = nullptr;
-      }
-    }
-    if (!graph_exec_) check(cudaGraphInstantiate(&graph_exec_, graph, 0), "graph instantiation");
-    check(cudaGraphLaunch(graph_exec_, stream_), "graph launch");
-  }
-  cudaGraphDestroy(graph);
-}
-
-void CudaBackend::resume() {
-  if (!graphs_ || capturing_) return;
-  // Relaxed: the pool may still cudaMalloc a new buffer while a step is captured.
-  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "start of graph capture");
-  capturing_ = true;
+  if (recorder_) recorder_->submit();
 }
 
 Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero) {
@@ -142,7 +125,7 @@ Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero)
   if (n < 0 || ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
   size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4, rounded = 0;
   void* p = pool_->get(bytes, rounded);
-  if (zero) check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+  if (zero) memset_async(p, bytes, stream_);
   std::shared_ptr<DevicePool> pool = pool_;
   return Tensor(dtype, ne, std::shared_ptr<void>(p, [pool, rounded](void* q) { pool->put(q, rounded); }));
 }
@@ -155,19 +138,17 @@ void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
     // From pageable memory the copy is staged before the call returns, so src may go right after.
     flush();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
-    resume();
     return;
   }
   if (staging_head_ + bytes > kStagingBytes) {
     flush();
     check(cudaStreamSynchronize(stream_), "upload (a kernel before it failed)");  // every staged copy is done
     staging_head_ = 0;
-    resume();
   }
   uint8_t* p = staging_ + staging_head_;
   std::memcpy(p, src, bytes);
   staging_head_ += (bytes + 255) & ~size_t{255};
-  check(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  memcpy_async(dst, p, bytes, cudaMemcpyHostToDevice, stream_, "upload");
 }
 
 void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
@@ -182,7 +163,6 @@ void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
   check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
   profiler_.collect();
   staging_head_ = 0;  // every staged upload has landed
-  resume();
 }
 
 void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
@@ -192,9 +172,8 @@ void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t 
     fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
          dst.shape_string(), " is out of bounds");
   if (n == 0) return;
-  check(cudaMemcpyAsync(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice,
-                        stream_),
-        "copy");
+  memcpy_async(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream_,
+               "copy");
 }
 
 // The bytes of a weight can change behind one pointer only when the host frees and reuses it
@@ -237,6 +216,7 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   auto it = matrices_.find(key);
   if (it != matrices_.end()) return it->second;
   DeviceMatrix m{nullptr, w.type, w.row_bytes, w.ne[0], w.n_rows()};
+  profiler_.exclude_open();
   flush();  // the upload waits for its staging buffer
   void* p = nullptr;
   if (has_device_decoder(w.type)) {
@@ -264,7 +244,6 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   }
   weight_buffers_.push_back(p);
   m.data = static_cast<const uint8_t*>(p);
-  resume();
   return matrices_.emplace(key, m).first->second;
 }
 
@@ -276,11 +255,11 @@ const float* CudaBackend::values(const Weight& w) {
   std::vector<float> f(static_cast<size_t>(w.n_elements()));
   for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
   void* p = nullptr;
+  profiler_.exclude_open();
   flush();  // a pageable upload
   check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
   check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
   weight_buffers_.push_back(p);
-  resume();
   return vectors_.emplace(key, static_cast<const float*>(p)).first->second;
 }
 

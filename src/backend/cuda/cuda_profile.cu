@@ -35,7 +35,7 @@ void OpProfiler::end(cudaStream_t stream) {
 void OpProfiler::collect() {
   for (Span& s : open_) {
     float ms = 0;
-    if (s.stop && cudaEventElapsedTime(&ms, s.start, s.stop) == cudaSuccess) {
+    if (s.stop && !s.excluded && cudaEventElapsedTime(&ms, s.start, s.stop) == cudaSuccess) {
       Total& t = totals_[s.decode ? 1 : 0][s.name];
       t.ms += ms;
       ++t.calls;

@@ -27,6 +27,10 @@ class OpProfiler {
   // `tag`, when not 0, is printed after the name and kept apart (a matrix's rows, N).
   void begin(const char* name, int64_t T, int64_t tag, cudaStream_t stream);
   void end(cudaStream_t stream);
+  // The op now open did work that is not the op's (a first-use weight upload): its span is dropped.
+  void exclude_open() {
+    if (depth_ > 0 && !open_.empty()) open_.back().excluded = true;
+  }
   // After the stream has drained: adds every finished span to the totals.
   void collect();
 
@@ -35,6 +39,7 @@ class OpProfiler {
     std::string name;
     bool decode;
     cudaEvent_t start, stop;
+    bool excluded = false;
   };
   struct Total {
     double ms = 0;

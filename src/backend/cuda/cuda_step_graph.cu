@@ -1,0 +1,235 @@
+#include "backend/cuda/cuda_step_graph.cuh"
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+
+namespace regolith::cuda {
+
+namespace {
+
+constexpr size_t kMaxGraphs = 8;  // graphs kept per stream (decode, a pooling step, prefill chunks, ...)
+constexpr size_t kArgAlign = 16;
+
+std::mutex registry_mu;
+std::unordered_map<cudaStream_t, StepRecorder*>& registry() {
+  static std::unordered_map<cudaStream_t, StepRecorder*> map;
+  return map;
+}
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+}  // namespace
+
+StepRecorder* recorder_of(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = registry().find(stream);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+void record_kernel(StepRecorder& r, const void* func, dim3 grid, dim3 block, size_t smem, void** args,
+                   const size_t* arg_sizes, size_t n_args) {
+  r.kernel(func, grid, block, smem, args, arg_sizes, n_args);
+}
+
+void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what) {
+  if (bytes == 0) return;
+  if (StepRecorder* r = recorder_of(stream)) return r->memcpy(dst, src, bytes, kind);
+  check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
+}
+
+void memset_async(void* dst, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  if (StepRecorder* r = recorder_of(stream)) return r->memset(dst, bytes);
+  check(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
+}
+
+StepRecorder::StepRecorder(cudaStream_t stream) : stream_(stream) {}
+
+StepRecorder::~StepRecorder() {
+  set_recording(false);
+  for (Graph& g : graphs_) {
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    if (g.graph) cudaGraphDestroy(g.graph);
+  }
+}
+
+void StepRecorder::set_recording(bool on) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (on)
+    registry()[stream_] = this;
+  else
+    registry().erase(stream_);
+  recording_ = on;
+}
+
+void StepRecorder::kernel(const void* func, dim3 grid, dim3 block, size_t smem, void** args, const size_t* arg_sizes,
+                          size_t n_args) {
+  Node n;
+  n.kind = Node::Kernel;
+  n.func = func, n.grid = grid, n.block = block, n.smem = smem;
+  n.args_begin = static_cast<uint32_t>(pending_args_.size());
+  for (size_t i = 0; i < n_args; ++i) {
+    size_t at = (pending_args_.size() + kArgAlign - 1) / kArgAlign * kArgAlign;
+    pending_args_.resize(at + arg_sizes[i]);
+    std::memcpy(pending_args_.data() + at, args[i], arg_sizes[i]);
+    n.arg_offsets.push_back(static_cast<uint32_t>(at - n.args_begin));
+  }
+  n.args_end = static_cast<uint32_t>(pending_args_.size());
+  pending_shape_ = mix(mix(pending_shape_, Node::Kernel), reinterpret_cast<uintptr_t>(func));
+  pending_.push_back(std::move(n));
+}
+
+void StepRecorder::memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Node n;
+  n.kind = Node::Memcpy;
+  n.dst = dst, n.src = src, n.bytes = bytes, n.copy_kind = kind;
+  pending_shape_ = mix(mix(pending_shape_, Node::Memcpy), kind);
+  pending_.push_back(std::move(n));
+}
+
+void StepRecorder::memset(void* dst, size_t bytes) {
+  Node n;
+  n.kind = Node::Memset;
+  n.dst = dst, n.bytes = bytes;
+  pending_shape_ = mix(pending_shape_, Node::Memset);
+  pending_.push_back(std::move(n));
+}
+
+bool StepRecorder::same_shape(const std::vector<Node>& a, const std::vector<Node>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].kind != b[i].kind || a[i].func != b[i].func || a[i].copy_kind != b[i].copy_kind ||
+        a[i].args_end - a[i].args_begin != b[i].args_end - b[i].args_begin)
+      return false;
+  return true;
+}
+
+bool StepRecorder::same_params(const Node& a, const uint8_t* a_args, const Node& b, const uint8_t* b_args) const {
+  switch (a.kind) {
+    case Node::Kernel:
+      return a.grid.x == b.grid.x && a.grid.y == b.grid.y && a.grid.z == b.grid.z && a.block.x == b.block.x &&
+             a.block.y == b.block.y && a.block.z == b.block.z && a.smem == b.smem &&
+             std::memcmp(a_args + a.args_begin, b_args + b.args_begin, a.args_end - a.args_begin) == 0;
+    case Node::Memcpy: return a.dst == b.dst && a.src == b.src && a.bytes == b.bytes;
+    case Node::Memset: return a.dst == b.dst && a.bytes == b.bytes;
+  }
+  return false;
+}
+
+void StepRecorder::kernel_params(const Node& n, const uint8_t* args, cudaKernelNodeParams& p,
+                                 std::vector<void*>& ptrs) const {
+  ptrs.clear();
+  for (uint32_t off : n.arg_offsets) ptrs.push_back(const_cast<uint8_t*>(args + n.args_begin + off));
+  p = {};
+  p.func = const_cast<void*>(n.func);
+  p.gridDim = n.grid;
+  p.blockDim = n.block;
+  p.sharedMemBytes = static_cast<unsigned>(n.smem);
+  p.kernelParams = ptrs.data();
+}
+
+namespace {
+
+cudaMemsetParams memset_params(void* dst, size_t bytes) {
+  cudaMemsetParams p = {};
+  p.dst = dst;
+  p.value = 0;
+  p.elementSize = bytes % 4 == 0 ? 4 : 1;
+  p.width = bytes / p.elementSize;
+  p.height = 1;
+  return p;
+}
+
+}  // namespace
+
+void StepRecorder::build(Graph& g) {
+  check(cudaGraphCreate(&g.graph, 0), "graph create");
+  std::vector<void*> ptrs;
+  cudaGraphNode_t prev = nullptr;
+  for (const Node& n : g.nodes) {
+    cudaGraphNode_t node = nullptr;
+    const size_t n_deps = prev ? 1 : 0;
+    switch (n.kind) {
+      case Node::Kernel: {
+        cudaKernelNodeParams p;
+        kernel_params(n, g.args.data(), p, ptrs);
+        check(cudaGraphAddKernelNode(&node, g.graph, &prev, n_deps, &p), "graph kernel node");
+        break;
+      }
+      case Node::Memcpy:
+        check(cudaGraphAddMemcpyNode1D(&node, g.graph, &prev, n_deps, n.dst, n.src, n.bytes, n.copy_kind),
+              "graph copy node");
+        break;
+      case Node::Memset: {
+        cudaMemsetParams p = memset_params(n.dst, n.bytes);
+        check(cudaGraphAddMemsetNode(&node, g.graph, &prev, n_deps, &p), "graph fill node");
+        break;
+      }
+    }
+    g.handles.push_back(node);
+    prev = node;
+  }
+  check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiation");
+}
+
+void StepRecorder::update(Graph& g) {
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const Node& n = pending_[i];
+    if (same_params(g.nodes[i], g.args.data(), n, pending_args_.data())) continue;
+    switch (n.kind) {
+      case Node::Kernel: {
+        cudaKernelNodeParams p;
+        kernel_params(n, pending_args_.data(), p, ptrs);
+        check(cudaGraphExecKernelNodeSetParams(g.exec, g.handles[i], &p), "graph kernel update");
+        break;
+      }
+      case Node::Memcpy:
+        check(cudaGraphExecMemcpyNodeSetParams1D(g.exec, g.handles[i], n.dst, n.src, n.bytes, n.copy_kind),
+              "graph copy update");
+        break;
+      case Node::Memset: {
+        cudaMemsetParams p = memset_params(n.dst, n.bytes);
+        check(cudaGraphExecMemsetNodeSetParams(g.exec, g.handles[i], &p), "graph fill update");
+        break;
+      }
+    }
+  }
+  g.nodes.swap(pending_);
+  g.args.swap(pending_args_);
+}
+
+void StepRecorder::submit() {
+  if (pending_.empty()) return;
+  auto it = graphs_.begin();
+  while (it != graphs_.end() && !(it->shape == pending_shape_ && same_shape(it->nodes, pending_))) ++it;
+  if (it != graphs_.end()) {
+    graphs_.splice(graphs_.begin(), graphs_, it);
+    update(graphs_.front());
+    ++reused_;
+  } else {
+    if (graphs_.size() == kMaxGraphs) {
+      check(cudaStreamSynchronize(stream_), "graph retire");  // the oldest may still run
+      cudaGraphExecDestroy(graphs_.back().exec);
+      cudaGraphDestroy(graphs_.back().graph);
+      graphs_.pop_back();
+    }
+    graphs_.emplace_front();
+    Graph& g = graphs_.front();
+    g.shape = pending_shape_;
+    g.nodes.swap(pending_);
+    g.args.swap(pending_args_);
+    build(g);
+    ++built_;
+  }
+  pending_.clear();
+  pending_args_.clear();
+  pending_shape_ = 0;
+  check(cudaGraphLaunch(graphs_.front().exec, stream_), "graph launch");
+}
+
+}  // namespace regolith::cuda

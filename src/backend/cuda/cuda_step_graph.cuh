@@ -1,0 +1,78 @@
+// Step graphs: the work queued on a stream between two host waits (for decode, one token's forward
+// pass, from one logits read to the next) is recorded instead of launched (cuda_launch.cuh), then
+// submitted as one CUDA graph. A graph is built and instantiated once per sequence of nodes (the
+// kernels, copies and fills in order); the next step with the same sequence reuses it, setting
+// new parameters only on the nodes whose arguments changed (the cache offsets of the position,
+// say), so a decode step costs the host a list of small records and the device no launch gaps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+namespace regolith::cuda {
+
+class StepRecorder {
+ public:
+  explicit StepRecorder(cudaStream_t stream);
+  ~StepRecorder();
+  StepRecorder(const StepRecorder&) = delete;
+  StepRecorder& operator=(const StepRecorder&) = delete;
+
+  // Attaches the recorder to its stream (work is recorded) or detaches it (work runs at once).
+  void set_recording(bool on);
+  bool recording() const { return recording_; }
+
+  void kernel(const void* func, dim3 grid, dim3 block, size_t smem, void** args, const size_t* arg_sizes,
+              size_t n_args);
+  void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  void memset(void* dst, size_t bytes);
+
+  // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded).
+  void submit();
+
+  // Counters for the curious (bench notes): graphs built and steps that reused one.
+  int64_t built() const { return built_; }
+  int64_t reused() const { return reused_; }
+
+ private:
+  struct Node {
+    enum Kind : uint8_t { Kernel, Memcpy, Memset } kind = Kernel;
+    const void* func = nullptr;  // kernel
+    dim3 grid, block;
+    size_t smem = 0;
+    uint32_t args_begin = 0, args_end = 0;  // bytes in the step's argument arena
+    std::vector<uint32_t> arg_offsets;      // where each argument starts, relative to args_begin
+    void* dst = nullptr;                    // memcpy, memset
+    const void* src = nullptr;
+    size_t bytes = 0;
+    cudaMemcpyKind copy_kind = cudaMemcpyDefault;
+  };
+  struct Graph {
+    std::vector<Node> nodes;
+    std::vector<uint8_t> args;  // argument bytes of the parameters the graph now holds
+    std::vector<cudaGraphNode_t> handles;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t shape = 0;
+  };
+
+  static bool same_shape(const std::vector<Node>& a, const std::vector<Node>& b);
+  bool same_params(const Node& a, const uint8_t* a_args, const Node& b, const uint8_t* b_args) const;
+  void build(Graph& g);
+  void update(Graph& g);
+  void kernel_params(const Node& n, const uint8_t* args, cudaKernelNodeParams& p, std::vector<void*>& ptrs) const;
+
+  cudaStream_t stream_;
+  bool recording_ = false;
+  std::vector<Node> pending_;
+  std::vector<uint8_t> pending_args_;
+  uint64_t pending_shape_ = 0;
+  std::list<Graph> graphs_;  // most recently used first
+  int64_t built_ = 0, reused_ = 0;
+};
+
+}  // namespace regolith::cuda
