@@ -182,83 +182,106 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
   }
 }
 
-// Decode (a few tokens): the selected positions of each kv head are cut into chunks of
-// kAttendChunk, one block per (token, kv head, chunk) scoring every query head of the group
-// against each key row it reads once, then a combine pass merges the chunks' softmax partials.
-// Work spreads over many blocks however long the context, and each K/V row is read once per
-// group instead of once per query head.
+// The selected positions of each (token, kv head) are split over Z blocks, one per (token, kv
+// head, split); a block walks its share of the selection in chunks of kAttendChunk positions
+// (chunks z, z + Z, ...), scoring every query head of the group against each K row it reads once
+// (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
+// with a thread per dimension, so that each V element is read once for all the group's heads. A
+// combine pass merges the splits' partials. Decode uses a split per chunk (work spread over many
+// blocks however long the context); prefill one split per token and kv head (no partial sums).
 constexpr int kAttendChunk = 64;
 constexpr int kAttendMaxGroup = 16;  // query heads per kv head
-constexpr int kAttendThreads = 256;
-constexpr int64_t kAttendMaxTokens = 8;  // beyond, the partials of every token would not pay
+constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
+constexpr int64_t kAttendTargetBlocks = 2048;
 
-// Partials of chunk c for query heads h of group g: m (max score), l (Σ exp(score − m)) and
-// o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·n_chunks + c)·G + h.
+// Partials of split z for query heads h of group g: m (max score), l (Σ exp(score − m)) and
+// o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h.
 __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
-                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t n_chunks,
+                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t n_splits,
                             float scale, float* part_m, float* part_l, float* part_o) {
   extern __shared__ float smem[];
-  const int64_t t = blockIdx.x, g = blockIdx.y, c = blockIdx.z, G = nh / nkv;
-  float* qs = smem;                    // [G][hd]
-  float* p = smem + G * hd;            // [G][kAttendChunk] scores, then exp(score − m)
-  const int64_t j0 = c * kAttendChunk, n = min(static_cast<int64_t>(n_sel[t]) - j0, static_cast<int64_t>(kAttendChunk));
-  const int64_t base = ((t * nkv + g) * n_chunks + c) * G;
+  const int64_t t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, G = nh / nkv;
+  float* qs = smem;                      // [G][hd]
+  float* p = qs + G * hd;                // [G][kAttendChunk] scores, then exp(score − m)
+  float* run_m = p + G * kAttendChunk;   // [G] running max
+  float* run_l = run_m + G;              // [G] running sum
+  float* rescale = run_l + G;            // [G] exp(old m − new m) of the chunk just scored
+  const int64_t n_total = n_sel[t];
+  const int64_t base = ((t * nkv + g) * n_splits + z) * G;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  if (n <= 0) {
-    for (int64_t h = threadIdx.x; h < G; h += blockDim.x) part_m[base + h] = -INFINITY, part_l[base + h] = 0.0f;
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[(t * nh + g * G) * hd + i];
+  const int64_t i = threadIdx.x;  // this thread's dimension of the output
+  for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) qs[k] = q[(t * nh + g * G) * hd + k];
+  for (int64_t h = threadIdx.x; h < G; h += blockDim.x) run_m[h] = -INFINITY, run_l[h] = 0.0f;
+  float o[kAttendMaxGroup] = {};
   __syncthreads();
-  const int32_t* s = sel + t * max_sel + j0;
-  // Scores: a warp per position, lanes over the key row.
-  for (int64_t j = warp; j < n; j += n_warps) {
-    float acc[kAttendMaxGroup] = {};
-    const bool valid = s[j] >= 0 && s[j] < cap;
-    if (valid) {
-      const float* kr = kc + (static_cast<int64_t>(s[j]) * nkv + g) * hd;
-      for (int64_t i = lane; i < hd; i += 32) {
-        const float k = kr[i];
+  for (int64_t j0 = z * kAttendChunk; j0 < n_total; j0 += n_splits * kAttendChunk) {
+    const int64_t n = min(n_total - j0, static_cast<int64_t>(kAttendChunk));
+    const int32_t* s = sel + t * max_sel + j0;
+    // Scores: a warp per position, lanes over the key row.
+    for (int64_t j = warp; j < n; j += n_warps) {
+      float acc[kAttendMaxGroup] = {};
+      const bool valid = s[j] >= 0 && s[j] < cap;
+      if (valid) {
+        const float* kr = kc + (static_cast<int64_t>(s[j]) * nkv + g) * hd;
+        for (int64_t d = lane; d < hd; d += 32) {
+          const float k = kr[d];
 #pragma unroll
-        for (int h = 0; h < kAttendMaxGroup; ++h)
-          if (h < G) acc[h] = fmaf(qs[h * hd + i], k, acc[h]);
+          for (int h = 0; h < kAttendMaxGroup; ++h)
+            if (h < G) acc[h] = fmaf(qs[h * hd + d], k, acc[h]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kAttendMaxGroup; ++h) {
+        if (h >= G) break;
+        const float dot = warp_sum(acc[h]);
+        if (lane == 0) p[h * kAttendChunk + j] = valid ? dot * scale : -INFINITY;
       }
     }
+    __syncthreads();
+    // Running softmax: a warp per query head.
+    for (int64_t h = warp; h < G; h += n_warps) {
+      float m = -INFINITY;
+      for (int64_t j = lane; j < n; j += 32) m = fmaxf(m, p[h * kAttendChunk + j]);
+      m = fmaxf(warp_max(m), run_m[h]);
+      float l = 0;
+      for (int64_t j = lane; j < n; j += 32) {
+        const float v = p[h * kAttendChunk + j];
+        const float e = v == -INFINITY ? 0.0f : expf(v - m);
+        p[h * kAttendChunk + j] = e;
+        l += e;
+      }
+      l = warp_sum(l);
+      __syncwarp();
+      if (lane == 0) {
+        const float r = run_m[h] == -INFINITY ? 0.0f : expf(run_m[h] - m);
+        rescale[h] = r;
+        run_l[h] = run_l[h] * r + l;
+        run_m[h] = m;
+      }
+    }
+    __syncthreads();
+    // Values: a thread per dimension, each V element applied to every head of the group.
+    if (i < hd) {
 #pragma unroll
-    for (int h = 0; h < kAttendMaxGroup; ++h) {
-      if (h >= G) break;
-      const float dot = warp_sum(acc[h]);
-      if (lane == 0) p[h * kAttendChunk + j] = valid ? dot * scale : -INFINITY;
+      for (int h = 0; h < kAttendMaxGroup; ++h)
+        if (h < G) o[h] *= rescale[h];
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t row = s[j];
+        if (row < 0 || row >= cap) continue;
+        const float v = vc[(row * nkv + g) * hd + i];
+#pragma unroll
+        for (int h = 0; h < kAttendMaxGroup; ++h)
+          if (h < G) o[h] = fmaf(p[h * kAttendChunk + j], v, o[h]);
+      }
     }
+    __syncthreads();  // p and rescale are rewritten by the next chunk
   }
-  __syncthreads();
-  // Softmax partials: a warp per query head.
-  for (int64_t h = warp; h < G; h += n_warps) {
-    float m = -INFINITY;
-    for (int64_t j = lane; j < n; j += 32) m = fmaxf(m, p[h * kAttendChunk + j]);
-    m = warp_max(m);
-    float l = 0;
-    for (int64_t j = lane; j < n; j += 32) {
-      const float v = p[h * kAttendChunk + j];
-      const float e = v == -INFINITY ? 0.0f : expf(v - m);
-      p[h * kAttendChunk + j] = e;
-      l += e;
-    }
-    l = warp_sum(l);
-    if (lane == 0) part_m[base + h] = m, part_l[base + h] = l;
-  }
-  __syncthreads();
-  // Weighted values: threads over (head, dimension), each V element read by consecutive threads.
-  for (int64_t idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
-    const int64_t h = idx / hd, i = idx % hd;
-    float o = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const float e = p[h * kAttendChunk + j];
-      if (e != 0.0f) o = fmaf(e, vc[(static_cast<int64_t>(s[j]) * nkv + g) * hd + i], o);
-    }
-    part_o[(base + h) * hd + i] = o;
-  }
+  for (int64_t h = threadIdx.x; h < G; h += blockDim.x) part_m[base + h] = run_m[h], part_l[base + h] = run_l[h];
+  if (i < hd)
+#pragma unroll
+    for (int h = 0; h < kAttendMaxGroup; ++h)
+      if (h < G) part_o[(base + h) * hd + i] = o[h];
 }
 
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
@@ -354,19 +377,25 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
   expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   if (nh * T == 0) return;
-  if (T <= kAttendMaxTokens && nh / nkv <= kAttendMaxGroup) {
-    const int64_t G = nh / nkv, n_chunks = (max_sel + kAttendChunk - 1) / kAttendChunk;
-    const int64_t n_parts = T * nkv * n_chunks * G;
+  if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
+    // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU.
+    const int64_t G = nh / nkv, n_chunks = std::max<int64_t>(1, (max_sel + kAttendChunk - 1) / kAttendChunk);
+    const int64_t n_splits = std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks);
+    const int64_t n_parts = T * nkv * n_splits * G;
     Tensor m = scratch_f32(n_parts), l = scratch_f32(n_parts), o = scratch_f32(n_parts * hd);
-    size_t smem = static_cast<size_t>(G * (hd + kAttendChunk)) * sizeof(float);
+    size_t smem = static_cast<size_t>(G * (hd + kAttendChunk + 3)) * sizeof(float);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(qsa_attend_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem)),
             "qsa_attend_chunk_kernel shared memory");
-    dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_chunks));
-    launch(stream_, qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, n_chunks, a.scale, m.f32(), l.f32(), o.f32());
+    dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_splits));
+    launch(stream_, qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
+           a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, n_splits, a.scale, m.f32(),
+           l.f32(), o.f32());
     check_launch("qsa_attend_chunk_kernel");
-    launch(stream_, qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)), static_cast<unsigned>(std::min<int64_t>(256, (hd + 31) / 32 * 32)), 0, a.gate->f32(), m.f32(), l.f32(), o.f32(), hd, nh, nkv, n_chunks, a.out->f32());
+    launch(stream_, qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
+           static_cast<unsigned>(std::min<int64_t>(256, (hd + 31) / 32 * 32)), 0, a.gate->f32(), m.f32(), l.f32(),
+           o.f32(), hd, nh, nkv, n_splits, a.out->f32());
     check_launch("qsa_attend_combine_kernel");
     return;
   }
