@@ -2,7 +2,9 @@
 # On the GPU machine, after tools/cuda/device_check.sh built BUILD_DIR and tools/cuda/device_bench.sh
 # wrote MODEL: device milliseconds per op (REGOLITH_CUDA_PROFILE=1) over one prefill of PROMPT
 # tokens (default 2048) and 64 decode steps, printed as two tables (one-token and multi-token
-# calls). Output also goes to $OUT/profile.txt.
+# calls), then the same with step graphs (REGOLITH_CUDA_GRAPHS=1: no op times, but the graphs'
+# counters: built, reused, parameter updates and host time per submit). Output also goes to
+# $OUT/profile.txt.
 #   tools/cuda/device_profile.sh [BUILD_DIR] [MODEL]
 set -uo pipefail
 out=${OUT:-/tmp/regolith-cuda-out}
@@ -12,3 +14,5 @@ mkdir -p "$out"
 [ -d /tmp/deps/usr/lib/x86_64-linux-gnu ] && export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 REGOLITH_CUDA_PROFILE=1 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench -m "$model" --backend cuda \
   -p "${PROMPT:-2048}" -n 64 -r 1 2>&1 | tee "$out/profile.txt"
+REGOLITH_CUDA_GRAPHS=1 REGOLITH_CUDA_PROFILE=1 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench -m "$model" \
+  --backend cuda -p "${PROMPT:-2048}" -n 64 -r 1 2>&1 | tee -a "$out/profile.txt"
