@@ -1,7 +1,7 @@
 // CUDA hyper-connection read/write (model-spec §4.2) and the PLE gate (§4.8.4). hc_read is the
 // grouped norm, down projection + SiLU, up projection, sigmoid-weighted stream mix and inject
 // weights. One token with four streams and matrices that have unit loaders (decode) runs it as
-// two kernels: norm, down and inject rows with their activations; up rows with the mix.
+// three kernels: norm; down and inject rows with their activations; up rows with the mix.
 // Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
@@ -40,32 +40,14 @@ __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64
   R[i] = static_cast<float>(R[i] + static_cast<double>(iw[t * S + c / H]) * y[t * H + c % H]);
 }
 
-// Decode: the grouped RMSNorm of the residual row (one token), then rows n0, n0+1 (n0 = 2·blockIdx.x)
-// of [down; inject] times it. Every block normalizes the whole row into shared memory (it is read
-// from L2, and saves a launch); block 0 also writes it to n for the mix. Down rows give
-// lo = silu(v/S), inject rows inject_w = 2·sigmoid(v/S).
+// Decode: rows n0, n0+1 (n0 = 2·blockIdx.x) of [down; inject] times the normed row n (one token).
+// Down rows give lo = silu(v/S), inject rows inject_w = 2·sigmoid(v/S).
 template <typename U>
 __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __restrict__ down,
                                                              const uint8_t* __restrict__ inject, uint64_t pitch,
                                                              int64_t W, int64_t r, int64_t S,
-                                                             const float* __restrict__ resid,
-                                                             const float* __restrict__ gamma, float eps,
-                                                             float* __restrict__ n, float* __restrict__ lo,
+                                                             const float* __restrict__ n, float* __restrict__ lo,
                                                              float* __restrict__ inject_w) {
-  extern __shared__ float normed[];  // [W]
-  const int64_t H = W / S;
-  for (int64_t s = 0; s < S; ++s) {  // as rms_norm_kernel, one group per stream
-    const float* xr = resid + s * H;
-    double ss = 0;
-    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
-    ss = block_sum(ss);
-    const double rs = 1.0 / sqrt(ss / H + static_cast<double>(eps));
-    for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
-      normed[s * H + i] = static_cast<float>(xr[i] * rs * static_cast<double>(gamma[s * H + i]));
-  }
-  __syncthreads();
-  if (blockIdx.x == 0)
-    for (int64_t i = threadIdx.x; i < W; i += blockDim.x) n[i] = normed[i];
   constexpr int R = 2;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * R, n_rows = r + (inject ? S : 0);
   const uint8_t* rows[R];
@@ -75,7 +57,7 @@ __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __re
     rows[i] = row >= n_rows ? nullptr : row < r ? down + row * pitch : inject + (row - r) * pitch;
   }
   float acc[R][1] = {};
-  gemv_accumulate<U, R, 1>(rows, W, normed, W, 1, threadIdx.x, blockDim.x, acc);
+  gemv_accumulate<U, R, 1>(rows, W, n, W, 1, threadIdx.x, blockDim.x, acc);
   float sums[R] = {acc[0][0], acc[1][0]};
   block_reduce_to_first(sums);
   if (threadIdx.x != 0) return;
@@ -141,25 +123,21 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   }
   if (T == 0) return;
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
+  rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
-  const size_t row_smem = static_cast<size_t>(W) * sizeof(float);
-  if (T == 1 && S == 4 && row_smem <= 48 * 1024 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
+  if (T == 1 && S == 4 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
       (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
     dispatch_unit(down.type, [&](auto unit) {
-      launch(stream_, hc_down_inject_kernel<decltype(unit)>, blocks_for(r + (inject ? S : 0), 2),
-             gemv_threads(W / kUnit), row_smem, down.data, inject ? inject->data : nullptr, down.row_bytes, W, r, S,
-             R.f32(), values(*a.norm), a.eps, n.f32(), lo.f32(), inject ? a.inject_w->f32() : nullptr);
+      launch(stream_, hc_down_inject_kernel<decltype(unit)>, blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, W, r, S, n.f32(), lo.f32(), inject ? a.inject_w->f32() : nullptr);
     });
     check_launch("hc_down_inject_kernel");
     dispatch_unit(up.type, [&](auto unit) {
-      launch(stream_, hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0,
-             up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
+      launch(stream_, hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
     });
     check_launch("hc_up_mix_kernel");
     return;
   }
-  rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
   Tensor m = scratch_f32(W * T);
   matmul(down, n.f32(), T, lo.f32());
   launch(stream_, scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);

@@ -1,10 +1,6 @@
 #include "backend/cuda/cuda_step_graph.cuh"
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <mutex>
 #include <unordered_map>
 
@@ -55,15 +51,6 @@ StepRecorder::StepRecorder(cudaStream_t stream) : stream_(stream) {}
 
 StepRecorder::~StepRecorder() {
   set_recording(false);
-  const char* profile = std::getenv("REGOLITH_CUDA_PROFILE");
-  if (profile && std::string_view(profile) == "1" && built_ + reused_ > 0)
-    std::fprintf(stderr,
-                 "cuda step graphs: %lld built, %lld reused; %.1f nodes and %.1f parameter updates per submit, "
-                 "%.1f us of host time per submit\n",
-                 static_cast<long long>(built_), static_cast<long long>(reused_),
-                 static_cast<double>(nodes_) / static_cast<double>(built_ + reused_),
-                 static_cast<double>(updated_) / static_cast<double>(built_ + reused_),
-                 1e6 * submit_seconds_ / static_cast<double>(built_ + reused_));
   for (Graph& g : graphs_) {
     if (g.exec) cudaGraphExecDestroy(g.exec);
     if (g.graph) cudaGraphDestroy(g.graph);
@@ -194,7 +181,6 @@ void StepRecorder::update(Graph& g) {
   for (size_t i = 0; i < pending_.size(); ++i) {
     const Node& n = pending_[i];
     if (same_params(g.nodes[i], g.args.data(), n, pending_args_.data())) continue;
-    ++updated_;
     switch (n.kind) {
       case Node::Kernel: {
         cudaKernelNodeParams p;
@@ -219,8 +205,6 @@ void StepRecorder::update(Graph& g) {
 
 void StepRecorder::submit() {
   if (pending_.empty()) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  nodes_ += static_cast<int64_t>(pending_.size());
   auto it = graphs_.begin();
   while (it != graphs_.end() && !(it->shape == pending_shape_ && same_shape(it->nodes, pending_))) ++it;
   if (it != graphs_.end()) {
@@ -246,7 +230,6 @@ void StepRecorder::submit() {
   pending_args_.clear();
   pending_shape_ = 0;
   check(cudaGraphLaunch(graphs_.front().exec, stream_), "graph launch");
-  submit_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace regolith::cuda

@@ -34,6 +34,9 @@ class StepRecorder {
   // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded).
   void submit();
 
+  // Counters for the curious (bench notes): graphs built and steps that reused one.
+  int64_t built() const { return built_; }
+  int64_t reused() const { return reused_; }
 
  private:
   struct Node {
@@ -69,10 +72,7 @@ class StepRecorder {
   std::vector<uint8_t> pending_args_;
   uint64_t pending_shape_ = 0;
   std::list<Graph> graphs_;  // most recently used first
-  // Printed on stderr at the end with REGOLITH_CUDA_PROFILE=1: graphs built, submits that reused
-  // one, nodes submitted and nodes whose parameters had to be set, host seconds in submit().
-  int64_t built_ = 0, reused_ = 0, nodes_ = 0, updated_ = 0;
-  double submit_seconds_ = 0;
+  int64_t built_ = 0, reused_ = 0;
 };
 
 }  // namespace regolith::cuda
