@@ -184,7 +184,8 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
 
 // The selected positions of each (token, kv head) are split over Z blocks, one per (token, kv
 // head, split); a block walks its share of the selection in chunks of kAttendChunk positions
-// (chunks z, z + Z, ...), scoring every query head of the group against each K row it reads once
+// (chunks z, z + Z, ...; at most kAttendChunk long, shorter when the selection is short, so that
+// a short decode still spreads over blocks), scoring every query head of the group against each K row it reads once
 // (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
 // with a thread per dimension, so that each V element is read once for all the group's heads. A
 // combine pass merges the splits' partials. Decode uses a split per chunk (work spread over many
@@ -193,13 +194,14 @@ constexpr int kAttendChunk = 64;
 constexpr int kAttendMaxGroup = 16;  // query heads per kv head
 constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
 constexpr int64_t kAttendTargetBlocks = 2048;
+constexpr int64_t kAttendMinBlocks = 64;  // below, chunks get shorter
 
 // Partials of split z for query heads h of group g: m (max score), l (Σ exp(score − m)) and
 // o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h.
 __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
-                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t n_splits,
-                            float scale, float* part_m, float* part_l, float* part_o) {
+                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t chunk,
+                            int64_t n_splits, float scale, float* part_m, float* part_l, float* part_o) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, G = nh / nkv;
   float* qs = smem;                      // [G][hd]
@@ -215,8 +217,8 @@ __global__ void __launch_bounds__(kAttendThreads)
   for (int64_t h = threadIdx.x; h < G; h += blockDim.x) run_m[h] = -INFINITY, run_l[h] = 0.0f;
   float o[kAttendMaxGroup] = {};
   __syncthreads();
-  for (int64_t j0 = z * kAttendChunk; j0 < n_total; j0 += n_splits * kAttendChunk) {
-    const int64_t n = min(n_total - j0, static_cast<int64_t>(kAttendChunk));
+  for (int64_t j0 = z * chunk; j0 < n_total; j0 += n_splits * chunk) {
+    const int64_t n = min(n_total - j0, chunk);
     const int32_t* s = sel + t * max_sel + j0;
     // Scores: a warp per position, lanes over the key row.
     for (int64_t j = warp; j < n; j += n_warps) {
@@ -378,8 +380,12 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   if (nh * T == 0) return;
   if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
-    // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU.
-    const int64_t G = nh / nkv, n_chunks = std::max<int64_t>(1, (max_sel + kAttendChunk - 1) / kAttendChunk);
+    // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
+    // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
+    const int64_t G = nh / nkv;
+    const int64_t per_block = (max_sel * T * nkv + kAttendMinBlocks - 1) / kAttendMinBlocks;
+    const int64_t chunk = std::clamp<int64_t>((per_block + 7) / 8 * 8, 8, kAttendChunk);
+    const int64_t n_chunks = std::max<int64_t>(1, (max_sel + chunk - 1) / chunk);
     const int64_t n_splits = std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks);
     const int64_t n_parts = T * nkv * n_splits * G;
     Tensor m = scratch_f32(n_parts), l = scratch_f32(n_parts), o = scratch_f32(n_parts * hd);
@@ -390,7 +396,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
             "qsa_attend_chunk_kernel shared memory");
     dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_splits));
     launch(stream_, qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
-           a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, n_splits, a.scale, m.f32(),
+           a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(),
            l.f32(), o.f32());
     check_launch("qsa_attend_chunk_kernel");
     launch(stream_, qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
