@@ -228,10 +228,11 @@ class Backend {
   virtual void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) = 0;
 };
 
-// Which backend to make: its name ("ref", "cpu", "cuda") and, for the host-threaded cpu backend,
-// how many threads (0: every core).
+// Which backend to make: its name ("ref", "cpu", "cuda", or "auto": cuda when this build has it
+// and a GPU is usable, else cpu) and, for the host-threaded cpu backend, how many threads (0:
+// every core).
 struct BackendOptions {
-  std::string name = "cpu";
+  std::string name = "auto";
   int n_threads = 0;
 };
 

@@ -32,12 +32,24 @@ std::unique_ptr<Backend> make_backend(std::string_view name) { return make_backe
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.n_threads < 0) fail("backend threads: ", options.n_threads, " (0 means every core)");
+  if (options.name == "auto") {
+#ifdef REGOLITH_HAS_CUDA
+    try {
+      return make_cuda_backend();
+    } catch (const Error&) {
+      // No usable GPU (no driver, no device): the CPU backend.
+    }
+#endif
+    BackendOptions cpu = options;
+    cpu.name = "cpu";
+    return make_backend(cpu);
+  }
   const std::string& name = options.name;
   for (const BackendEntry& e : kBackends)
     if (name == e.name) return e.make(options);
   std::string known;
   for (const BackendEntry& e : kBackends) known += (known.empty() ? "" : ", ") + std::string(e.name);
-  fail("unknown backend '", name, "' (known: ", known, ")");
+  fail("unknown backend '", name, "' (known: auto, ", known, ")");
 }
 
 std::vector<std::string> backend_names() {

@@ -26,7 +26,7 @@ namespace {
 
 struct BenchArgs {
   std::string model, prompts = "512", depths = "0";
-  BackendOptions backend{.name = "cuda"};
+  BackendOptions backend;
   int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
   uint32_t seed = 1;
 };
@@ -85,7 +85,8 @@ void run_bench(const BenchArgs& a) {
   const Qwen4ExpModel& model = engine->model();
   const double token_bytes = static_cast<double>(decode_weight_bytes(model.hparams(), model.weights()));
   const double copy_bw = copy_bandwidth(be);
-  std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), a.backend.name.c_str(), load_s);
+  std::printf("model %s, backend %s, load + first token %.1f s\n", a.model.c_str(), std::string(be.name()).c_str(),
+              load_s);
   std::printf("decode reads %.3f GB of weights per token; measured copy bandwidth %.0f GB/s\n\n", token_bytes / 1e9,
               copy_bw / 1e9);
   std::printf("| test | depth | t/s (median ± sd, %lld runs) | ms/token | issue ms/token | decode GB/s | of copy bw |\n",

@@ -149,6 +149,21 @@ TEST_P(BasicOps, CausalConvDilatedAndSplit) {
   }
 }
 
+// "auto" is cuda exactly when a cuda backend can be made here (built in, and a usable GPU), else cpu.
+TEST(BackendRegistry, AutoIsCudaWhenUsableElseCpu) {
+  bool cuda_usable = false;
+  for (const std::string& name : backend_names()) {
+    if (name != "cuda") continue;
+    try {
+      cuda_usable = make_backend("cuda") != nullptr;
+    } catch (const Error&) {
+    }
+  }
+  auto be = make_backend(BackendOptions{.name = "auto", .n_threads = 1});
+  EXPECT_EQ(be->name(), cuda_usable ? "cuda" : "cpu");
+  EXPECT_THROW(make_backend("gpu"), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BasicOps, ::testing::ValuesIn(backend_names()), backend_param_name);
 
 }  // namespace
