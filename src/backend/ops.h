@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -164,6 +165,10 @@ class Backend {
   virtual void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) = 0;
   std::vector<float> read_f32(const Tensor& t);
   std::vector<int32_t> read_i32(const Tensor& t);
+  // Bytes this backend could still allocate for activations (a GPU's free memory, the host's
+  // available memory), or nullopt when it cannot tell. The default reads the host's
+  // (backend/memory_available.cpp).
+  virtual std::optional<uint64_t> memory_available() const;
 
   // ---- generic ----
   // out [ne0, n_ids] = rows ids of table {ne0, rows} (token embedding; PLE n-gram gather, where the

@@ -60,6 +60,9 @@ class Qwen4ExpModel {
   // or the last one only). One call is one chunk: the caller splits long prompts.
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
                  const TraceFn& trace = {}) const;
+  // An upper estimate of the bytes of activations forward() allocates for T tokens
+  // (qwen4exp_memory.cpp); the weights and the state are not included.
+  uint64_t forward_bytes(int64_t T, LogitRows rows) const;
 
  private:
   Qwen4ExpModel() = default;

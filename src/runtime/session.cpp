@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 
@@ -25,11 +26,34 @@ void Session::reset() {
   tokens_.clear();
 }
 
+// The largest chunk whose activations fit in a quarter of the memory at hand: the device pool
+// rounds large buffers up to a power of two, and other sessions share the memory.
+int64_t Session::chunk_for(int64_t n, const EvalOptions& options) const {
+  if (options.chunk > 0) return options.chunk;
+  n = std::max<int64_t>(n, 1);
+  std::optional<uint64_t> memory = options.memory_limit
+                                       ? std::optional<uint64_t>(options.memory_limit)
+                                       : engine_->backend().memory_available();
+  if (!memory) return n;
+  const uint64_t budget = *memory / 4;
+  const LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
+  const Qwen4ExpModel& model = engine_->model();
+  int64_t lo = 1, hi = n;  // forward_bytes grows with T: the largest T within budget, at least 1
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (model.forward_bytes(mid, rows) <= budget)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOptions& options) {
   if (options.chunk < 0) fail("eval: negative chunk size");
   Backend& be = engine_->backend();
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
-  int64_t chunk = options.chunk > 0 ? options.chunk : std::max<int64_t>(n, 1);
+  const int64_t chunk = chunk_for(n, options);
   std::vector<float> out;
   LogitRows rows = options.all_logits ? LogitRows::All : LogitRows::Last;
   for (int64_t i = 0; i < n; i += chunk) {

@@ -31,7 +31,11 @@ class Engine {
 };
 
 struct EvalOptions {
-  int64_t chunk = 0;        // tokens per forward call; 0: all at once, 1: token by token
+  // Tokens per forward call; 0: as many as the memory allows (Model::forward_bytes against a
+  // quarter of the backend's free memory, or of memory_limit; all at once when the backend cannot
+  // tell), 1: token by token.
+  int64_t chunk = 0;
+  uint64_t memory_limit = 0;  // when set, the bytes chunk 0 plans with instead of the backend's free memory
   bool all_logits = true;   // logits of every token, or only of the last one
   // When set, receives the seconds the host spent issuing the forward passes, before it waited for
   // the logits: on an asynchronous backend, how close decode is to being bound by launching work.
@@ -61,6 +65,8 @@ class Session {
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 
  private:
+  int64_t chunk_for(int64_t n, const EvalOptions& options) const;
+
   std::shared_ptr<Engine> engine_;
   Qwen4ExpState state_;
   std::vector<int32_t> tokens_;

@@ -43,6 +43,29 @@ TEST_P(Consistency, ChunkedAndDecodeEqualWhole) {
   }
 }
 
+// Chunk 0 plans with the memory at hand: a limit that holds 16 tokens' activations gives forward
+// calls of 16, 16 and 8 tokens, and the logits of chunks of 16 chosen by hand; without a limit the
+// host's memory holds all 40 tokens of the tiny model at once.
+TEST_P(Consistency, ChunkZeroFitsTheMemory) {
+  auto tokens = prompt(40);
+  std::vector<int64_t> calls;
+  auto count_calls = [&](std::string_view name, int64_t, const Tensor& t) {
+    if (name == "embd") calls.push_back(t.ne(1));
+  };
+  Session s(engine_);
+  s.set_trace(count_calls);
+  const uint64_t limit = 4 * engine_->model().forward_bytes(16, LogitRows::All);
+  auto got = s.eval(tokens, {.chunk = 0, .memory_limit = limit});
+  EXPECT_EQ(calls, (std::vector<int64_t>{16, 16, 8}));
+  EXPECT_EQ(got, eval(tokens, 16));
+
+  calls.clear();
+  Session whole(engine_);
+  whole.set_trace(count_calls);
+  whole.eval(tokens);
+  EXPECT_EQ(calls, (std::vector<int64_t>{40}));
+}
+
 TEST_P(Consistency, LastLogitsOnlyEqualsLastRow) {
   auto tokens = prompt(23);
   auto whole = eval(tokens, 0);

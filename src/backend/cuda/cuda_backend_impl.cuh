@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,10 +37,12 @@ class DevicePool {
   std::function<void()> before_release;
   void* get(size_t bytes, size_t& rounded);
   void put(void* p, size_t rounded);
+  size_t cached_bytes() const { return cached_bytes_.load(); }  // free buffers held for reuse
 
  private:
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
+  std::atomic<size_t> cached_bytes_{0};
 };
 
 // A matrix weight as the kernels read it: rows of row_bytes in `type`'s block layout.
@@ -61,6 +64,7 @@ class CudaBackend final : public Backend {
   void write(Tensor& dst, const void* src, size_t bytes) override;
   void read(const Tensor& src, void* dst, size_t bytes) override;
   void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) override;
+  std::optional<uint64_t> memory_available() const override;  // device free memory + the pool's free buffers
 
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
   void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;

@@ -50,6 +50,7 @@ void* DevicePool::get(size_t bytes, size_t& rounded) {
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
+      cached_bytes_ -= rounded;
       return p;
     }
   }
@@ -63,6 +64,7 @@ void* DevicePool::get(size_t bytes, size_t& rounded) {
     for (auto& [size, list] : free_)
       for (void* q : list) cudaFree(q);
     free_.clear();
+    cached_bytes_ = 0;
     check(cudaMalloc(&p, rounded), "cudaMalloc");
   }
   return p;
@@ -71,6 +73,16 @@ void* DevicePool::get(size_t bytes, size_t& rounded) {
 void DevicePool::put(void* p, size_t rounded) {
   std::lock_guard<std::mutex> lock(mu_);
   free_[rounded].push_back(p);
+  cached_bytes_ += rounded;
+}
+
+std::optional<uint64_t> CudaBackend::memory_available() const {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(free + pool_->cached_bytes());
 }
 
 namespace {
