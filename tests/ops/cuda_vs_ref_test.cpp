@@ -1,8 +1,8 @@
 // The CUDA backend against the reference backend on the sizes its kernels special-case: matvec
-// (1..8 tokens) versus tiled GEMM (more), every weight type with a device decoder plus types read
-// through the host-dequantized fallback, rows ending in a partial 32-value chunk, QSA selection
-// over several scan chunks with many exactly tied scores (the chosen blocks must be identical),
-// GDN with value heads that do not fill a warp, MoE over many tokens. Skips without a device.
+// (1..8 tokens) versus tiled GEMM (more), every weight type (each read through its device
+// decoder), rows ending in a partial 32-value chunk, QSA selection over several scan
+// chunks with many exactly tied scores (the chosen blocks must be identical), GDN with value heads
+// that do not fill a warp, MoE over many tokens. Skips without a device.
 #include <cmath>
 #include <cstdio>
 
@@ -40,7 +40,8 @@ TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
   std::vector<GgmlType> types{GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0, GgmlType::Q4_0,
                               GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q2_0, GgmlType::IQ4_NL,
                               GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                              GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ2_XXS};
+                              GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                              GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S};
   for (GgmlType type : types) {
     if (!can_quantize(type)) continue;
     auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 3, 0.2f));

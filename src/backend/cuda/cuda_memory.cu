@@ -102,6 +102,7 @@ CudaBackend::CudaBackend()
   if (e != cudaSuccess || n == 0)
     fail("cuda backend: no CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
   check(cudaSetDevice(device_), "cudaSetDevice");
+  check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   if (env_is_1("REGOLITH_CUDA_GRAPHS")) {

@@ -1,17 +1,22 @@
 // Weight decoding on the device: every weight type the kernels read in place, as 32-value chunks
 // of a row (chunk c holds values 32c .. 32c+31). Rows start at multiples of 16 bytes (the device
 // pitch is padded), and Q8_0 rows are rearranged (below); other layouts are ggml's (src/quant/blocks.h, decoded
-// as in src/quant/legacy.cpp, kquants.cpp, iq4.cpp); F32/F16/BF16 rows may end in a partial chunk,
-// whose missing values read as 0. Types without a decoder here are dequantized once on the host
-// at upload and read as F32 (CudaBackend::matrix).
+// as in src/quant/legacy.cpp, kquants.cpp, iq4.cpp, iq_grid_quants.cpp); F32/F16/BF16 rows may end in a partial chunk,
+// whose missing values read as 0. Types without a decoder here (of those quant/rows.cpp reads,
+// only the activation types Q8_1 and Q8_K) are dequantized once on the host at upload and read as
+// F32 (CudaBackend::matrix).
 #pragma once
 
 #include <cuda_fp16.h>
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "core/ggml_type.h"
 #include "quant/blocks.h"
+#include "quant/iq_grids.h"
 
 namespace regolith::cuda {
 
@@ -267,6 +272,232 @@ struct Dq<GgmlType::Q3_K> {
   }
 };
 
+// ---- MXFP4 and the grid I-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) ---------------------
+// Each decoder's body is a __host__ __device__ function taking its grid as a pointer, so that the
+// host can check it against quant::dequantize_row (cuda_quant_selfcheck.cu); Dq<> passes the
+// device copy. Same float expressions as the CPU code, which has no add after a multiply to fuse.
+
+// #pragma unroll for the device pass only (host compilers warn about it).
+#ifdef __CUDA_ARCH__
+#define REGOLITH_DQ_UNROLL _Pragma("unroll")
+#else
+#define REGOLITH_DQ_UNROLL
+#endif
+
+// E2M1 values (quant::kFp4Values) packed at compile time into two words: 8 bytes each, read with a
+// shift instead of an indexed table.
+constexpr uint64_t pack_fp4_values(int first) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(quant::kFp4Values[first + i])) << (8 * i);
+  return v;
+}
+constexpr uint64_t kFp4Low = pack_fp4_values(0), kFp4High = pack_fp4_values(8);
+
+__host__ __device__ __forceinline__ float f16_hd(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__host__ __device__ __forceinline__ float bits_as_float(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  return std::bit_cast<float>(bits);
+#endif
+}
+
+// quant::signs_from_seven: the eighth sign bit makes the number of set bits even.
+__host__ __device__ __forceinline__ uint32_t iq_signs_from_seven(uint32_t seven) {
+  seven &= 127;
+  uint32_t p = seven ^ (seven >> 4);
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return seven | ((p & 1u) << 7);
+}
+
+__host__ __device__ __forceinline__ float iq_signed(float v, uint32_t negative) { return negative ? -v : v; }
+
+__host__ __device__ inline void mxfp4_chunk(const uint8_t* row, int64_t c, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockMxfp4*>(row)[c];
+  const uint32_t e = b.e;  // quant::e8m0_to_f32_half
+  const float d = bits_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+REGOLITH_DQ_UNROLL
+  for (int j = 0; j < 16; ++j) {
+    const int lo = b.qs[j] & 0x0F, hi = b.qs[j] >> 4;
+    y[j] = static_cast<int8_t>((lo < 8 ? kFp4Low : kFp4High) >> (8 * (lo % 8))) * d;
+    y[j + 16] = static_cast<int8_t>((hi < 8 ? kFp4Low : kFp4High) >> (8 * (hi % 8))) * d;
+  }
+}
+
+// Chunk c of a 256-value I-quant block is its 32-value block ib = c % 8.
+__host__ __device__ inline void iq2_xxs_chunk(const uint8_t* row, int64_t c, const uint64_t* grid, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockIq2Xxs*>(row)[c / 8];
+  const uint16_t* q = b.qs + 4 * (c % 8);  // two little-endian words, 2-byte aligned
+  const uint32_t aux0 = q[0] | (static_cast<uint32_t>(q[1]) << 16);
+  const uint32_t aux1 = q[2] | (static_cast<uint32_t>(q[3]) << 16);
+  const float db = f16_hd(b.d) * (0.5f + (aux1 >> 28)) * 0.25f;
+REGOLITH_DQ_UNROLL
+  for (int l = 0; l < 4; ++l) {
+    const uint64_t g = grid[(aux0 >> (8 * l)) & 255];
+    const uint32_t signs = iq_signs_from_seven(aux1 >> (7 * l));
+REGOLITH_DQ_UNROLL
+    for (int j = 0; j < 8; ++j) y[8 * l + j] = iq_signed(db * static_cast<uint8_t>(g >> (8 * j)), signs & (1u << j));
+  }
+}
+
+__host__ __device__ inline void iq2_xs_chunk(const uint8_t* row, int64_t c, const uint64_t* grid, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockIq2Xs*>(row)[c / 8];
+  const int ib = static_cast<int>(c % 8);
+  const float d = f16_hd(b.d);
+  const float db[2] = {d * (0.5f + (b.scales[ib] & 0xf)) * 0.25f, d * (0.5f + (b.scales[ib] >> 4)) * 0.25f};
+REGOLITH_DQ_UNROLL
+  for (int l = 0; l < 4; ++l) {
+    const uint16_t q = b.qs[4 * ib + l];
+    const uint64_t g = grid[q & 511];
+    const uint32_t signs = iq_signs_from_seven(q >> 9);
+REGOLITH_DQ_UNROLL
+    for (int j = 0; j < 8; ++j)
+      y[8 * l + j] = iq_signed(db[l / 2] * static_cast<uint8_t>(g >> (8 * j)), signs & (1u << j));
+  }
+}
+
+__host__ __device__ inline void iq2_s_chunk(const uint8_t* row, int64_t c, const uint64_t* grid, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockIq2S*>(row)[c / 8];
+  const int ib = static_cast<int>(c % 8);
+  const uint8_t* qs = b.qs + 4 * ib;
+  const uint8_t* signs = b.qs + quant::kSuperBlock / 8 + 4 * ib;
+  const float d = f16_hd(b.d);
+  const float db[2] = {d * (0.5f + (b.scales[ib] & 0xf)) * 0.25f, d * (0.5f + (b.scales[ib] >> 4)) * 0.25f};
+REGOLITH_DQ_UNROLL
+  for (int l = 0; l < 4; ++l) {
+    const uint64_t g = grid[qs[l] | ((b.qh[ib] << (8 - 2 * l)) & 0x300)];
+REGOLITH_DQ_UNROLL
+    for (int j = 0; j < 8; ++j)
+      y[8 * l + j] = iq_signed(db[l / 2] * static_cast<uint8_t>(g >> (8 * j)), signs[l] & (1u << j));
+  }
+}
+
+__host__ __device__ inline void iq3_xxs_chunk(const uint8_t* row, int64_t c, const uint32_t* grid, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockIq3Xxs*>(row)[c / 8];
+  const int ib = static_cast<int>(c % 8);
+  const uint8_t* qs = b.qs + 8 * ib;
+  const uint8_t* a = b.qs + quant::kSuperBlock / 4 + 4 * ib;  // little-endian word, 2-byte aligned
+  const uint32_t aux = a[0] | (a[1] << 8) | (a[2] << 16) | (static_cast<uint32_t>(a[3]) << 24);
+  const float db = f16_hd(b.d) * (0.5f + (aux >> 28)) * 0.5f;
+REGOLITH_DQ_UNROLL
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t signs = iq_signs_from_seven(aux >> (7 * l));
+    const uint32_t g1 = grid[qs[2 * l]], g2 = grid[qs[2 * l + 1]];
+REGOLITH_DQ_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      y[8 * l + j] = iq_signed(db * static_cast<uint8_t>(g1 >> (8 * j)), signs & (1u << j));
+      y[8 * l + j + 4] = iq_signed(db * static_cast<uint8_t>(g2 >> (8 * j)), signs & (1u << (j + 4)));
+    }
+  }
+}
+
+__host__ __device__ inline void iq3_s_chunk(const uint8_t* row, int64_t c, const uint32_t* grid, float* y) {
+  const auto& b = reinterpret_cast<const quant::BlockIq3S*>(row)[c / 8];
+  const int ib = static_cast<int>(c % 8);
+  const uint8_t* qs = b.qs + 8 * ib;
+  const uint8_t* signs = b.signs + 4 * ib;
+  const float db = f16_hd(b.d) * (1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xf));
+  const int qh = b.qh[ib];
+REGOLITH_DQ_UNROLL
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t g1 = grid[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)];
+    const uint32_t g2 = grid[qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)];
+REGOLITH_DQ_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      y[8 * l + j] = iq_signed(db * static_cast<uint8_t>(g1 >> (8 * j)), signs[l] & (1u << j));
+      y[8 * l + j + 4] = iq_signed(db * static_cast<uint8_t>(g2 >> (8 * j)), signs[l] & (1u << (j + 4)));
+    }
+  }
+}
+
+// The I-quant grids on the device (data: quant/iq_grids.cpp, copied at run time). Without
+// relocatable device code each .cu file is its own device module, so every file including this
+// header gets its own copy (internal linkage); a static initializer registers that file's upload,
+// and the CudaBackend constructor runs them all on its device (upload_iq_grids).
+struct IqGrids {
+  uint64_t iq2_xxs[256];
+  uint64_t iq2_xs[512];
+  uint64_t iq2_s[1024];
+  uint32_t iq3_xxs[256];
+  uint32_t iq3_s[512];
+};
+static __device__ IqGrids g_iq_grids;
+
+inline const IqGrids& host_iq_grids() {
+  static const IqGrids grids = [] {
+    IqGrids g;
+    std::memcpy(g.iq2_xxs, quant::kIq2XxsGrid, sizeof g.iq2_xxs);
+    std::memcpy(g.iq2_xs, quant::kIq2XsGrid, sizeof g.iq2_xs);
+    std::memcpy(g.iq2_s, quant::kIq2SGrid, sizeof g.iq2_s);
+    std::memcpy(g.iq3_xxs, quant::kIq3XxsGrid, sizeof g.iq3_xxs);
+    std::memcpy(g.iq3_s, quant::kIq3SGrid, sizeof g.iq3_s);
+    return g;
+  }();
+  return grids;
+}
+
+inline std::vector<cudaError_t (*)()>& iq_grid_uploads() {
+  static std::vector<cudaError_t (*)()> uploads;
+  return uploads;
+}
+
+namespace {
+cudaError_t upload_iq_grids_of_this_file() {
+  return cudaMemcpyToSymbol(g_iq_grids, &host_iq_grids(), sizeof(IqGrids));
+}
+[[maybe_unused]] const bool g_iq_grids_registered = (iq_grid_uploads().push_back(upload_iq_grids_of_this_file), true);
+}  // namespace
+
+// Copies the grids to the current device for every .cu file and waits for the copies (pageable
+// sources may still be in flight when cudaMemcpyToSymbol returns); returns the first error.
+inline cudaError_t upload_iq_grids() {
+  for (auto upload : iq_grid_uploads())
+    if (cudaError_t e = upload(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
+}
+
+template <>
+struct Dq<GgmlType::MXFP4> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) { mxfp4_chunk(row, c, y); }
+};
+
+template <>
+struct Dq<GgmlType::IQ2_XXS> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    iq2_xxs_chunk(row, c, g_iq_grids.iq2_xxs, y);
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ2_XS> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    iq2_xs_chunk(row, c, g_iq_grids.iq2_xs, y);
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ2_S> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    iq2_s_chunk(row, c, g_iq_grids.iq2_s, y);
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ3_XXS> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    iq3_xxs_chunk(row, c, g_iq_grids.iq3_xxs, y);
+  }
+};
+
+template <>
+struct Dq<GgmlType::IQ3_S> {
+  __device__ static void chunk(const uint8_t* row, int64_t c, int64_t, float* y) {
+    iq3_s_chunk(row, c, g_iq_grids.iq3_s, y);
+  }
+};
+
 // Calls fn(Dq<type>{}) for a type with a device decoder; returns false for any other type.
 template <typename Fn>
 bool dispatch_weight_type(GgmlType type, Fn&& fn) {
@@ -287,6 +518,12 @@ bool dispatch_weight_type(GgmlType type, Fn&& fn) {
     case GgmlType::Q4_K: fn(Dq<GgmlType::Q4_K>{}); return true;
     case GgmlType::Q5_K: fn(Dq<GgmlType::Q5_K>{}); return true;
     case GgmlType::Q6_K: fn(Dq<GgmlType::Q6_K>{}); return true;
+    case GgmlType::MXFP4: fn(Dq<GgmlType::MXFP4>{}); return true;
+    case GgmlType::IQ2_XXS: fn(Dq<GgmlType::IQ2_XXS>{}); return true;
+    case GgmlType::IQ2_XS: fn(Dq<GgmlType::IQ2_XS>{}); return true;
+    case GgmlType::IQ2_S: fn(Dq<GgmlType::IQ2_S>{}); return true;
+    case GgmlType::IQ3_XXS: fn(Dq<GgmlType::IQ3_XXS>{}); return true;
+    case GgmlType::IQ3_S: fn(Dq<GgmlType::IQ3_S>{}); return true;
     default: return false;
   }
 }
