@@ -1,5 +1,6 @@
 // Backend-independent pieces of ops.h: tensor views, argument checks, host reads, products that
 // share an input, and the prefill/decode dispatch of the GDN scan.
+#include <algorithm>
 #include <cstring>
 
 #include "backend/ops.h"
@@ -23,6 +24,172 @@ void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, co
 
 void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what) {
   if (t.empty() || t.n_elements() != n) fail(op, ": ", what, " has ", t.n_elements(), " values, expected ", n);
+}
+
+void check_get_rows(const Weight& table, std::span<const int64_t> ids, const Tensor& out) {
+  expect_elements(out, table.ne[0] * static_cast<int64_t>(ids.size()), "get_rows", "out");
+  for (int64_t id : ids)
+    if (id < 0 || id >= table.n_rows())
+      fail("get_rows: row ", id, " is outside ", table.name, " (", table.n_rows(), " rows)");
+}
+
+void check_mul_mat(const Weight& w, const Tensor& x, const Tensor& out) {
+  int64_t T = x.ne(1);
+  if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
+  expect_shape(x, {w.ne[0], T, 1, 1}, "mul_mat", "x");
+  expect_shape(out, {w.ne[1], T, 1, 1}, "mul_mat", "out");
+}
+
+void check_add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  expect_shape(b, a.ne(), "add", "b");
+  expect_shape(out, a.ne(), "add", "out");
+}
+
+void check_repeat_streams(const Tensor& x, int64_t n_streams, const Tensor& out) {
+  expect_shape(out, {x.ne(0) * n_streams, x.ne(1), 1, 1}, "repeat_streams", "out");
+}
+
+void check_rms_norm(const Tensor& x, const Weight* w, int64_t group, const Tensor& out) {
+  int64_t n = x.ne(0);
+  if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
+  expect_shape(out, x.ne(), "rms_norm", "out");
+  if (w && w->n_elements() != group && w->n_elements() != n)
+    fail("rms_norm: weight ", w->name, " has ", w->n_elements(), " values for groups of ", group, " in rows of ", n);
+}
+
+void check_rope(const Tensor& x, std::span<const int64_t> positions, int64_t n_rot) {
+  if (static_cast<int64_t>(positions.size()) != x.ne(2) || x.ne(3) != 1)
+    fail("rope: ", positions.size(), " positions for ", x.shape_string());
+  if (n_rot <= 0 || n_rot % 2 || n_rot > x.ne(0)) fail("rope: n_rot ", n_rot, " for heads of ", x.ne(0));
+}
+
+void check_swiglu(const Tensor& g, const Tensor& u, const Tensor& out) {
+  expect_shape(u, g.ne(), "swiglu", "u");
+  expect_shape(out, g.ne(), "swiglu", "out");
+}
+
+void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s) {
+  expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
+  expect_shape(s, {1, acc.ne(1), 1, 1}, "add_sigmoid_gated", "s");
+}
+
+void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out) {
+  int64_t C = x.ne(0);
+  if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
+  expect_shape(history, {C, (w.ne[0] - 1) * dilation, 1, 1}, "causal_conv", "history");
+  expect_shape(out, x.ne(), "causal_conv", "out");
+}
+
+void check_hc_read(const HcReadArgs& a) {
+  int64_t S = a.n_streams, W = a.R->ne(0), T = a.R->ne(1), r = a.down->ne[1];
+  if (S <= 0 || W % S) fail("hc_read: ", S, " streams do not divide ", W);
+  if (a.norm->n_elements() != W || a.down->ne[0] != W || a.up->ne[0] != r || a.up->ne[1] != W)
+    fail("hc_read: weights ", a.norm->name, ", ", a.down->name, ", ", a.up->name, " do not fit width ", W);
+  expect_shape(*a.x, {W / S, T, 1, 1}, "hc_read", "x");
+  if (a.inject) {
+    if (a.inject->ne[0] != W || a.inject->ne[1] != S) fail("hc_read: ", a.inject->name, " does not fit");
+    expect_shape(*a.inject_w, {S, T, 1, 1}, "hc_read", "inject_w");
+  }
+}
+
+void check_hc_write(const Tensor& R, const Tensor& y, const Tensor& inject_w) {
+  int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
+  if (H * S != W) fail("hc_write: ", S, " streams of ", H, " do not make ", W);
+  expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
+  expect_shape(inject_w, {S, T, 1, 1}, "hc_write", "inject_w");
+}
+
+void check_gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
+                     const Tensor& g, const Tensor& beta) {
+  int64_t nv = alpha.ne(0);
+  if (ssm_a.n_elements() != nv || dt_bias.n_elements() != nv)
+    fail("gdn_gates: ", ssm_a.name, " / ", dt_bias.name, " do not have ", nv, " heads");
+  expect_shape(beta_raw, alpha.ne(), "gdn_gates", "beta_raw");
+  expect_shape(g, alpha.ne(), "gdn_gates", "g");
+  expect_shape(beta, alpha.ne(), "gdn_gates", "beta");
+}
+
+void check_gdn_scan(const GdnScanArgs& a, const char* op) {
+  int64_t T = a.qkv->ne(1), nk = a.n_k_heads, nv = a.n_v_heads;
+  if (nk <= 0 || nv <= 0 || nv % nk) fail(op, ": ", nv, " v heads over ", nk, " k heads");
+  expect_shape(*a.qkv, {2 * nk * a.dk + nv * a.dv, T, 1, 1}, op, "qkv");
+  expect_shape(*a.g, {nv, T, 1, 1}, op, "g");
+  expect_shape(*a.beta, {nv, T, 1, 1}, op, "beta");
+  expect_shape(*a.state, {a.dv, a.dk, nv, 1}, op, "state");
+  expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
+}
+
+void check_gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, const Tensor& out) {
+  int64_t dv = w.n_elements();
+  if (dv <= 0 || x.ne(0) % dv) fail("gated_rms_norm: ", w.name, " (", dv, ") does not divide ", x.ne(0));
+  expect_shape(z, x.ne(), "gated_rms_norm", "z");
+  expect_shape(out, x.ne(), "gated_rms_norm", "out");
+}
+
+void check_split_q_gate(const Tensor& qg, const Tensor& q, const Tensor& gate) {
+  std::array<int64_t, 4> ne{qg.ne(0) / 2, qg.ne(1), qg.ne(2), 1};
+  expect_shape(q, ne, "split_q_gate", "q");
+  expect_shape(gate, ne, "split_q_gate", "gate");
+}
+
+void check_qsa_pool(const QsaPoolArgs& a) {
+  int64_t d = a.raw_keys->ne(0);
+  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
+  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
+    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
+  if (a.n_rot <= 0 || a.n_rot % 2 || a.n_rot > d) fail("qsa_pool: n_rot ", a.n_rot, " for keys of ", d);
+}
+
+void check_qsa_select(const QsaSelectArgs& a) {
+  int64_t d = a.iq->ne(0), T = a.iq->ne(2), max_sel = a.sel->ne(0);
+  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
+  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
+  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
+  for (int64_t p : a.positions) {
+    int64_t nb = (p + 1) / a.ratio;
+    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
+    // The chosen blocks (as many as qsa_top_blocks returns) and the incomplete tail.
+    int64_t n = std::clamp<int64_t>(a.top_blocks, 0, nb) * a.ratio + (p + 1 - nb * a.ratio);
+    if (n > max_sel) fail("qsa_select: ", n, " selected positions exceed the ", max_sel, " slots");
+  }
+}
+
+void check_qsa_attend(const QsaAttendArgs& a) {
+  int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
+  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
+  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
+  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
+  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
+  expect_shape(*a.sel, {a.sel->ne(0), T, 1, 1}, "qsa_attend", "sel");
+  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
+  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
+}
+
+void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const Tensor& weights) {
+  int64_t E = logits.ne(0), T = logits.ne(1);
+  if (k <= 0 || k > E) fail("moe_route: top ", k, " of ", E, " experts");
+  expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
+  expect_shape(weights, {k, T, 1, 1}, "moe_route", "weights");
+}
+
+void check_moe_experts(const MoeExpertsArgs& a) {
+  const Weight &wg = *a.gate_exps, &wu = *a.up_exps, &wd = *a.down_exps;
+  int64_t H = wg.ne[0], F = wg.ne[1], E = wg.ne[2], T = a.x->ne(1), k = a.ids->ne(0);
+  if (wu.ne != wg.ne || wd.ne[0] != F || wd.ne[1] != H || wd.ne[2] != E)
+    fail("moe_experts: ", wg.name, ", ", wu.name, ", ", wd.name, " do not fit together");
+  expect_shape(*a.x, {H, T, 1, 1}, "moe_experts", "x");
+  expect_shape(*a.ids, {k, T, 1, 1}, "moe_experts", "ids");
+  expect_shape(*a.weights, {k, T, 1, 1}, "moe_experts", "weights");
+  expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
+}
+
+void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out) {
+  int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
+  if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
+  expect_shape(qry, key.ne(), "ple_gate", "qry");
+  expect_shape(val, {H, T, 1, 1}, "ple_gate", "val");
+  expect_shape(out, key.ne(), "ple_gate", "out");
 }
 
 std::vector<float> Backend::read_f32(const Tensor& t) {

@@ -56,11 +56,6 @@ class Tensor {
   int64_t offset_ = 0;  // in elements
 };
 
-// Argument checks every backend's ops share: throw Error naming the op, the argument, what it
-// is and what was expected.
-void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what);
-void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what);
-
 // A weight: a read-only view of one GGUF tensor. Row r (of ne[1]·ne[2]·ne[3] rows) starts at
 // data + r·row_bytes and holds ne[0] values of `type`.
 struct Weight {
@@ -144,6 +139,36 @@ struct MoeExpertsArgs {
   const Tensor* weights = nullptr;  // [k, T]
   Tensor* out = nullptr;            // [H, T]
 };
+
+// Argument checks every backend's ops share: throw Error naming the op, the argument, what it
+// is and what was expected.
+void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what);
+void expect_elements(const Tensor& t, int64_t n, const char* op, const char* what);
+
+// One check per Backend op, with the op's arguments, called by every backend before it runs the
+// op: shapes, widths and host-side indices (the contents of tensors are the backend's to check).
+void check_get_rows(const Weight& table, std::span<const int64_t> ids, const Tensor& out);
+void check_mul_mat(const Weight& w, const Tensor& x, const Tensor& out);
+void check_add(const Tensor& a, const Tensor& b, const Tensor& out);
+void check_repeat_streams(const Tensor& x, int64_t n_streams, const Tensor& out);
+void check_rms_norm(const Tensor& x, const Weight* w, int64_t group, const Tensor& out);
+void check_rope(const Tensor& x, std::span<const int64_t> positions, int64_t n_rot);
+void check_swiglu(const Tensor& g, const Tensor& u, const Tensor& out);
+void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s);
+void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
+void check_hc_read(const HcReadArgs& a);
+void check_hc_write(const Tensor& R, const Tensor& y, const Tensor& inject_w);
+void check_gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
+                     const Tensor& g, const Tensor& beta);
+void check_gdn_scan(const GdnScanArgs& a, const char* op);  // op: "gdn_recurrent" or "gdn_chunked"
+void check_gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, const Tensor& out);
+void check_split_q_gate(const Tensor& qg, const Tensor& q, const Tensor& gate);
+void check_qsa_pool(const QsaPoolArgs& a);
+void check_qsa_select(const QsaSelectArgs& a);  // also each row's block count and selection size
+void check_qsa_attend(const QsaAttendArgs& a);
+void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const Tensor& weights);
+void check_moe_experts(const MoeExpertsArgs& a);
+void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out);
 
 class Backend {
  public:

@@ -9,11 +9,8 @@ namespace regolith {
 using namespace cpu;
 
 void CpuBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
+  check_get_rows(table, ids, out);
   int64_t n = table.ne[0];
-  expect_elements(out, n * static_cast<int64_t>(ids.size()), "get_rows", "out");
-  for (int64_t id : ids)
-    if (id < 0 || id >= table.n_rows())
-      fail("get_rows: row ", id, " is outside ", table.name, " (", table.n_rows(), " rows)");
   WeightRows rows = rows_of(table);
   int64_t n_ids = static_cast<int64_t>(ids.size());
   pool_.parallel_for(n_ids, grain_for(n_ids, n, pool_.size()), [&](int64_t i0, int64_t i1) {
@@ -22,8 +19,7 @@ void CpuBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Ten
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  expect_shape(b, a.ne(), "add", "b");
-  expect_shape(out, a.ne(), "add", "out");
+  check_add(a, b, out);
   const float *pa = a.f32(), *pb = b.f32();
   float* po = out.f32();
   int64_t n = a.n_elements();
@@ -33,24 +29,18 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void CpuBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
+  check_repeat_streams(x, n_streams, out);
   int64_t H = x.ne(0), T = x.ne(1);
-  expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < n_streams; ++s)
       std::copy(x.f32() + t * H, x.f32() + (t + 1) * H, out.f32() + (t * n_streams + s) * H);
 }
 
 void CpuBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
+  check_rms_norm(x, w, group, out);
   int64_t n = x.ne(0);
-  if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
-  expect_shape(out, x.ne(), "rms_norm", "out");
   std::vector<float> wbuf;
-  const float* wv = nullptr;
-  if (w) {
-    if (w->n_elements() != group && w->n_elements() != n)
-      fail("rms_norm: weight ", w->name, " has ", w->n_elements(), " values for groups of ", group, " in rows of ", n);
-    wv = weight_f32(k_, *w, wbuf);
-  }
+  const float* wv = w ? weight_f32(k_, *w, wbuf) : nullptr;
   bool per_row = w && w->n_elements() == n;
   int64_t n_groups = x.n_elements() / group;
   pool_.parallel_for(n_groups, grain_for(n_groups, group, pool_.size()), [&](int64_t g0, int64_t g1) {
@@ -69,10 +59,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float
 }
 
 void CpuBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
+  check_rope(x, positions, n_rot);
   int64_t hd = x.ne(0), nh = x.ne(1), T = x.ne(2);
-  if (static_cast<int64_t>(positions.size()) != T || x.ne(3) != 1)
-    fail("rope: ", positions.size(), " positions for ", x.shape_string());
-  if (n_rot <= 0 || n_rot % 2 || n_rot > hd) fail("rope: n_rot ", n_rot, " for heads of ", hd);
   int64_t half = n_rot / 2;
   // The angle exactly as ref (and transformers) compute it in FP32, once per token for all heads.
   std::vector<float> inv_freq(half);
@@ -99,8 +87,7 @@ void CpuBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_r
 }
 
 void CpuBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
-  expect_shape(u, g.ne(), "swiglu", "u");
-  expect_shape(out, g.ne(), "swiglu", "out");
+  check_swiglu(g, u, out);
   int64_t n = g.n_elements();
   pool_.parallel_for(n, grain_for(n, 8, pool_.size()), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) out.f32()[i] = siluf(g.f32()[i]) * u.f32()[i];
@@ -108,18 +95,14 @@ void CpuBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
 }
 
 void CpuBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
+  check_add_sigmoid_gated(acc, x, s);
   int64_t n = acc.ne(0), T = acc.ne(1);
-  expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
-  expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
   for (int64_t t = 0; t < T; ++t) k_.axpy(sigmoidf(s.f32()[t]), x.f32() + t * n, acc.f32() + t * n, n);
 }
 
 void CpuBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
-  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0];
-  if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
-  int64_t L = (K - 1) * dilation;
-  expect_shape(history, {C, L, 1, 1}, "causal_conv", "history");
-  expect_shape(out, x.ne(), "causal_conv", "out");
+  check_causal_conv(x, history, w, dilation, out);
+  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0], L = (K - 1) * dilation;
   std::vector<float> wbuf;
   const float* wv = weight_f32(k_, w, wbuf);  // [C][K]
   // Row j of the sequence [history | x], oldest first.

@@ -15,16 +15,6 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // as ref; any size gives the same result
 
-void check_scan(const GdnScanArgs& a, const char* op) {
-  int64_t T = a.qkv->ne(1), nk = a.n_k_heads, nv = a.n_v_heads;
-  if (nk <= 0 || nv <= 0 || nv % nk) fail(op, ": ", nv, " v heads over ", nk, " k heads");
-  expect_shape(*a.qkv, {2 * nk * a.dk + nv * a.dv, T, 1, 1}, op, "qkv");
-  expect_shape(*a.g, {nv, T, 1, 1}, op, "g");
-  expect_shape(*a.beta, {nv, T, 1, 1}, op, "beta");
-  expect_shape(*a.state, {a.dv, a.dk, nv, 1}, op, "state");
-  expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
-}
-
 // q (l2-normed, times 1/sqrt(dk)) and k (l2-normed) of v head h at token t.
 void load_qk(const Kernels& k, const GdnScanArgs& a, int64_t h, int64_t t, float* q, float* kk) {
   int64_t C = a.qkv->ne(0), dk = a.dk, nk = a.n_k_heads, kh = h % nk;
@@ -103,12 +93,8 @@ void gdn_chunk(const Kernels& k, const GdnScanArgs& a, int64_t h, int64_t c0, in
 
 void CpuBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                            Tensor& g, Tensor& beta) {
+  check_gdn_gates(alpha, beta_raw, ssm_a, dt_bias, g, beta);
   int64_t nv = alpha.ne(0), T = alpha.ne(1);
-  if (ssm_a.n_elements() != nv || dt_bias.n_elements() != nv)
-    fail("gdn_gates: ", ssm_a.name, " / ", dt_bias.name, " do not have ", nv, " heads");
-  expect_shape(beta_raw, alpha.ne(), "gdn_gates", "beta_raw");
-  expect_shape(g, alpha.ne(), "gdn_gates", "g");
-  expect_shape(beta, alpha.ne(), "gdn_gates", "beta");
   std::vector<float> abuf, dbuf;
   const float *A = weight_f32(k_, ssm_a, abuf), *dt = weight_f32(k_, dt_bias, dbuf);
   for (int64_t t = 0; t < T; ++t)
@@ -120,7 +106,7 @@ void CpuBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const We
 }
 
 void CpuBackend::gdn_recurrent(const GdnScanArgs& a) {
-  check_scan(a, "gdn_recurrent");
+  check_gdn_scan(a, "gdn_recurrent");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
   pool_.parallel_for(nv, grain_for(nv, 4 * dk * dv * T, pool_.size()), [&](int64_t h0, int64_t h1) {
     std::vector<float> q(dk), kk(dk);
@@ -137,7 +123,7 @@ void CpuBackend::gdn_recurrent(const GdnScanArgs& a) {
 }
 
 void CpuBackend::gdn_chunked(const GdnScanArgs& a) {
-  check_scan(a, "gdn_chunked");
+  check_gdn_scan(a, "gdn_chunked");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
   int64_t head_cost = T * (6 * dk * dv + 2 * std::min(kChunk, T) * (dk + dv));
   pool_.parallel_for(nv, grain_for(nv, head_cost, pool_.size()), [&](int64_t h0, int64_t h1) {
@@ -149,10 +135,8 @@ void CpuBackend::gdn_chunked(const GdnScanArgs& a) {
 }
 
 void CpuBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) {
+  check_gated_rms_norm(x, z, w, out);
   int64_t dv = w.n_elements();
-  if (dv <= 0 || x.ne(0) % dv) fail("gated_rms_norm: ", w.name, " (", dv, ") does not divide ", x.ne(0));
-  expect_shape(z, x.ne(), "gated_rms_norm", "z");
-  expect_shape(out, x.ne(), "gated_rms_norm", "out");
   std::vector<float> wbuf;
   const float* wv = weight_f32(k_, w, wbuf);
   int64_t n_groups = x.n_elements() / dv;

@@ -11,19 +11,10 @@ namespace regolith {
 using namespace cpu;
 
 void CpuBackend::hc_read(const HcReadArgs& a) {
+  check_hc_read(a);
   const Tensor& R = *a.R;
-  int64_t S = a.n_streams;
-  if (S <= 0 || R.ne(0) % S) fail("hc_read: ", S, " streams do not divide ", R.ne(0));
-  int64_t W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
-  if (a.norm->n_elements() != W || a.down->ne[0] != W || a.up->ne[0] != r || a.up->ne[1] != W)
-    fail("hc_read: weights ", a.norm->name, ", ", a.down->name, ", ", a.up->name, " do not fit width ", W);
-  expect_shape(*a.x, {H, T, 1, 1}, "hc_read", "x");
-  int64_t n_inject = 0;
-  if (a.inject) {
-    if (a.inject->ne[0] != W || a.inject->ne[1] != S) fail("hc_read: ", a.inject->name, " does not fit");
-    expect_shape(*a.inject_w, {S, T, 1, 1}, "hc_read", "inject_w");
-    n_inject = S;
-  }
+  int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
+  int64_t n_inject = a.inject ? S : 0;
   std::vector<float> gbuf;
   const float* gamma = weight_f32(k_, *a.norm, gbuf);
   float inv_S = 1.0f / static_cast<float>(S);
@@ -71,10 +62,8 @@ void CpuBackend::hc_read(const HcReadArgs& a) {
 }
 
 void CpuBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
-  int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
-  if (H * S != W) fail("hc_write: ", S, " streams of ", H, " do not make ", W);
-  expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
-  expect_shape(inject_w, {S, T, 1, 1}, "hc_write", "inject_w");
+  check_hc_write(R, y, inject_w);
+  int64_t T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
   pool_.parallel_for(T * S, grain_for(T * S, H, pool_.size(), 1 << 16), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       int64_t t = i / S;
@@ -84,11 +73,8 @@ void CpuBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
 }
 
 void CpuBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
-  int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
-  if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
-  expect_shape(qry, key.ne(), "ple_gate", "qry");
-  expect_shape(val, {H, T, 1, 1}, "ple_gate", "val");
-  expect_shape(out, key.ne(), "ple_gate", "out");
+  check_ple_gate(key, qry, val, n_streams, out);
+  int64_t T = key.ne(1), H = val.ne(0);
   double inv_sqrt_H = 1.0 / std::sqrt(static_cast<double>(H));
   pool_.parallel_for(T * n_streams, grain_for(T * n_streams, 3 * H, pool_.size()), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {

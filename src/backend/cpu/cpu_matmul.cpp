@@ -134,10 +134,8 @@ const float* weight_f32(const Kernels& k, const Weight& w, std::vector<float>& b
 }  // namespace cpu
 
 void CpuBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
+  check_mul_mat(w, x, out);
   int64_t K = w.ne[0], N = w.ne[1], T = x.ne(1);
-  if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
-  expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
-  expect_shape(out, {N, T, 1, 1}, "mul_mat", "out");
   cpu::QuantizedTokens xq;
   cpu::MatInput in = cpu::mat_input(pool_, {w.type}, T, x.f32(), K, K, T, xq);
   cpu::mat_parallel(pool_, k_, cpu::rows_of(w), N, in, out.f32(), N);

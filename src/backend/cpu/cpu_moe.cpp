@@ -14,10 +14,8 @@ namespace regolith {
 using namespace cpu;
 
 void CpuBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) {
+  check_moe_route(logits, k, ids, weights);
   int64_t E = logits.ne(0), T = logits.ne(1);
-  if (k <= 0 || k > E) fail("moe_route: top ", k, " of ", E, " experts");
-  expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
-  expect_shape(weights, {k, T, 1, 1}, "moe_route", "weights");
   pool_.parallel_for(T, grain_for(T, E * 16, pool_.size()), [&](int64_t t0, int64_t t1) {
     std::vector<double> p(E);
     std::vector<int32_t> order(E);
@@ -41,14 +39,9 @@ void CpuBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor&
 }
 
 void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
+  check_moe_experts(a);
   const Weight &wg = *a.gate_exps, &wu = *a.up_exps, &wd = *a.down_exps;
   int64_t H = wg.ne[0], F = wg.ne[1], E = wg.ne[2], T = a.x->ne(1), k = a.ids->ne(0);
-  if (wu.ne != wg.ne || wd.ne[0] != F || wd.ne[1] != H || wd.ne[2] != E)
-    fail("moe_experts: ", wg.name, ", ", wu.name, ", ", wd.name, " do not fit together");
-  expect_shape(*a.x, {H, T, 1, 1}, "moe_experts", "x");
-  expect_shape(*a.ids, {k, T, 1, 1}, "moe_experts", "ids");
-  expect_shape(*a.weights, {k, T, 1, 1}, "moe_experts", "weights");
-  expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
 
   // Group the (token, slot) pairs by expert: pairs[first[e] .. first[e + 1]) are expert e's.
   int64_t n_pairs = T * k;

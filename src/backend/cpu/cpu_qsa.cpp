@@ -14,9 +14,8 @@ namespace regolith {
 using namespace cpu;
 
 void CpuBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
+  check_split_q_gate(qg, q, gate);
   int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
-  expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
-  expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
   for (int64_t r = 0; r < nh * T; ++r) {
     const float* src = qg.f32() + r * 2 * hd;
     std::copy(src, src + hd, q.f32() + r * hd);
@@ -25,11 +24,8 @@ void CpuBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
 }
 
 void CpuBackend::qsa_pool(const QsaPoolArgs& a) {
+  check_qsa_pool(a);
   int64_t d = a.raw_keys->ne(0);
-  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
-  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
-    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
-  if (a.n_rot <= 0 || a.n_rot % 2 || a.n_rot > d) fail("qsa_pool: n_rot ", a.n_rot, " for keys of ", d);
   std::vector<float> wbuf;
   const float* w = weight_f32(k_, *a.k_norm, wbuf);
   int64_t n_blocks = a.block_end - a.block_begin, half = a.n_rot / 2;
@@ -62,19 +58,10 @@ void CpuBackend::qsa_pool(const QsaPoolArgs& a) {
 }
 
 void CpuBackend::qsa_select(const QsaSelectArgs& a) {
+  check_qsa_select(a);
   int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
-  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
-  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
-  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
   int64_t max_nb = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
-    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
-    int64_t n = std::min(a.top_blocks, nb) * a.ratio + (p + 1 - nb * a.ratio);
-    if (n > max_sel) fail("qsa_select: ", n, " selected positions exceed the ", max_sel, " slots");
-    max_nb = std::max(max_nb, nb);
-  }
+  for (int64_t p : a.positions) max_nb = std::max(max_nb, (p + 1) / a.ratio);
   double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
   // score[t][b] = Σ_h relu(q_{t,h}·K_b) / sqrt(d), split over rows and pieces of kBlockPiece blocks.
   constexpr int64_t kBlockPiece = 128;
@@ -110,15 +97,9 @@ void CpuBackend::qsa_select(const QsaSelectArgs& a) {
 }
 
 void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
+  check_qsa_attend(a);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel->ne(0);
-  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
-  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
-  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
-  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
-  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_attend", "sel");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
-  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   for (int64_t t = 0; t < T; ++t) {
     int64_t n = a.n_sel->i32()[t];
     if (n < 0 || n > max_sel) fail("qsa_attend: row ", t, " selects ", n, " of ", max_sel, " slots");

@@ -1,5 +1,5 @@
-// Helpers shared by the CPU backend's op files: shape checks (the same errors as ref's), weight
-// rows as the kernels see them, the threaded row-split matrix product, scalar activations.
+// Helpers shared by the CPU backend's op files: weight rows as the kernels see them, the threaded
+// row-split matrix product, scalar activations.
 #pragma once
 
 #include <algorithm>

@@ -109,12 +109,10 @@ void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Te
   OpScope scope(profiler_, "get_rows", out.ne(1), stream_);
   // Gathered on the host from the mapped file: the tables (token embedding, PLE n-gram rows) can
   // be far larger than what one call needs, and the PLE table is meant to stay off the device.
+  check_get_rows(table, ids, out);
   int64_t n = table.ne[0];
-  expect_elements(out, n * static_cast<int64_t>(ids.size()), "get_rows", "out");
   std::vector<float> rows(static_cast<size_t>(n) * ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= table.n_rows())
-      fail("get_rows: row ", ids[i], " is outside ", table.name, " (", table.n_rows(), " rows)");
     dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * table.row_bytes, n, rows.data() + i * n);
   }
   if (!rows.empty()) write(out, rows.data(), rows.size() * sizeof(float));
@@ -122,8 +120,7 @@ void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Te
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   OpScope scope(profiler_, "add", a.ne(1), stream_);
-  expect_shape(b, a.ne(), "add", "b");
-  expect_shape(out, a.ne(), "add", "out");
+  check_add(a, b, out);
   int64_t n = a.n_elements();
   if (n == 0) return;
   launch(stream_, add_kernel, blocks_for(n, kThreads), kThreads, 0, a.f32(), b.f32(), out.f32(), n);
@@ -132,8 +129,8 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 
 void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
   OpScope scope(profiler_, "repeat_streams", x.ne(1), stream_);
+  check_repeat_streams(x, n_streams, out);
   int64_t H = x.ne(0), T = x.ne(1);
-  expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
   int64_t n = H * n_streams * T;
   if (n == 0) return;
   launch(stream_, repeat_streams_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), H, n_streams, T, out.f32());
@@ -142,17 +139,10 @@ void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
   OpScope scope(profiler_, "rms_norm", -1, stream_);
+  check_rms_norm(x, w, group, out);
   int64_t n = x.ne(0);
-  if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
-  expect_shape(out, x.ne(), "rms_norm", "out");
-  const float* wv = nullptr;
-  int64_t w_len = 0;
-  if (w) {
-    if (w->n_elements() != group && w->n_elements() != n)
-      fail("rms_norm: weight ", w->name, " has ", w->n_elements(), " values for groups of ", group, " in rows of ", n);
-    wv = values(*w);
-    w_len = w->n_elements();
-  }
+  const float* wv = w ? values(*w) : nullptr;
+  int64_t w_len = w ? w->n_elements() : 0;
   int64_t n_groups = x.n_elements() / group;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
@@ -162,10 +152,8 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
   OpScope scope(profiler_, "rope", static_cast<int64_t>(positions.size()), stream_);
+  check_rope(x, positions, n_rot);
   int64_t hd = x.ne(0), nh = x.ne(1), T = x.ne(2);
-  if (static_cast<int64_t>(positions.size()) != T || x.ne(3) != 1)
-    fail("rope: ", positions.size(), " positions for ", x.shape_string());
-  if (n_rot <= 0 || n_rot % 2 || n_rot > hd) fail("rope: n_rot ", n_rot, " for heads of ", hd);
   int64_t half = n_rot / 2, n = half * nh * T;
   if (n == 0) return;
   std::vector<float> inv = rope_inv_freq(n_rot, theta);
@@ -176,8 +164,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_
 
 void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
   OpScope scope(profiler_, "swiglu", g.ne(1), stream_);
-  expect_shape(u, g.ne(), "swiglu", "u");
-  expect_shape(out, g.ne(), "swiglu", "out");
+  check_swiglu(g, u, out);
   int64_t n = g.n_elements();
   if (n == 0) return;
   launch(stream_, swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, g.f32(), u.f32(), out.f32(), n);
@@ -186,9 +173,8 @@ void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
 
 void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
   OpScope scope(profiler_, "add_sigmoid_gated", x.ne(1), stream_);
+  check_add_sigmoid_gated(acc, x, s);
   int64_t n = acc.ne(0), T = acc.ne(1);
-  expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
-  expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
   if (n * T == 0) return;
   launch(stream_, add_sigmoid_gated_kernel, blocks_for(n * T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
   check_launch("add_sigmoid_gated_kernel");
@@ -196,11 +182,8 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
   OpScope scope(profiler_, "causal_conv", x.ne(1), stream_);
-  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0];
-  if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
-  int64_t L = (K - 1) * dilation;
-  expect_shape(history, {C, L, 1, 1}, "causal_conv", "history");
-  expect_shape(out, x.ne(), "causal_conv", "out");
+  check_causal_conv(x, history, w, dilation, out);
+  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0], L = (K - 1) * dilation;
   const float* wv = values(w);
   if (T <= kConvStepTokens) {
     if (C * T > 0) {

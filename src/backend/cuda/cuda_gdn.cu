@@ -138,16 +138,6 @@ __global__ void gated_rms_norm_kernel(const float* x, const float* z, const floa
   }
 }
 
-void check_scan(const GdnScanArgs& a, const char* op) {
-  int64_t T = a.qkv->ne(1), nk = a.n_k_heads, nv = a.n_v_heads;
-  if (nk <= 0 || nv <= 0 || nv % nk) fail(op, ": ", nv, " v heads over ", nk, " k heads");
-  expect_shape(*a.qkv, {2 * nk * a.dk + nv * a.dv, T, 1, 1}, op, "qkv");
-  expect_shape(*a.g, {nv, T, 1, 1}, op, "g");
-  expect_shape(*a.beta, {nv, T, 1, 1}, op, "beta");
-  expect_shape(*a.state, {a.dv, a.dk, nv, 1}, op, "state");
-  expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
-}
-
 template <int kRows>
 void launch_scan_rows(const GdnScanArgs& a, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
@@ -426,12 +416,8 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                             Tensor& g, Tensor& beta) {
   OpScope scope(profiler_, "gdn_gates", alpha.ne(1), stream_);
+  check_gdn_gates(alpha, beta_raw, ssm_a, dt_bias, g, beta);
   int64_t nv = alpha.ne(0), T = alpha.ne(1);
-  if (ssm_a.n_elements() != nv || dt_bias.n_elements() != nv)
-    fail("gdn_gates: ", ssm_a.name, " / ", dt_bias.name, " do not have ", nv, " heads");
-  expect_shape(beta_raw, alpha.ne(), "gdn_gates", "beta_raw");
-  expect_shape(g, alpha.ne(), "gdn_gates", "g");
-  expect_shape(beta, alpha.ne(), "gdn_gates", "beta");
   if (nv * T == 0) return;
   launch(stream_, gdn_gates_kernel, blocks_for(nv * T, kThreads), kThreads, 0, alpha.f32(), beta_raw.f32(), values(ssm_a), values(dt_bias), nv, T, g.f32(), beta.f32());
   check_launch("gdn_gates_kernel");
@@ -439,13 +425,13 @@ void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const W
 
 void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
   OpScope scope(profiler_, "gdn_recurrent", a.qkv->ne(1), stream_);
-  check_scan(a, "gdn_recurrent");
+  check_gdn_scan(a, "gdn_recurrent");
   if (a.qkv->ne(1) > 0) launch_scan(a, stream_);
 }
 
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
   OpScope scope(profiler_, "gdn_chunked", a.qkv->ne(1), stream_);
-  check_scan(a, "gdn_chunked");
+  check_gdn_scan(a, "gdn_chunked");
   const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
   if (T == 0) return;
   const size_t prep_bytes = prep_shared_bytes(dk, dv), pass_bytes = pass_shared_bytes(dk);
@@ -476,10 +462,8 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
 
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) {
   OpScope scope(profiler_, "gated_rms_norm", -1, stream_);
+  check_gated_rms_norm(x, z, w, out);
   int64_t dv = w.n_elements();
-  if (dv <= 0 || x.ne(0) % dv) fail("gated_rms_norm: ", w.name, " (", dv, ") does not divide ", x.ne(0));
-  expect_shape(z, x.ne(), "gated_rms_norm", "z");
-  expect_shape(out, x.ne(), "gated_rms_norm", "out");
   int64_t n_groups = x.n_elements() / dv;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (dv + 31) / 32 * 32));

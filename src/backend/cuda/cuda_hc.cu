@@ -111,16 +111,9 @@ __global__ void ple_gate_kernel(const float* key, const float* qry, const float*
 
 void CudaBackend::hc_read(const HcReadArgs& a) {
   OpScope scope(profiler_, "hc_read", a.R->ne(1), stream_);
+  check_hc_read(a);
   const Tensor& R = *a.R;
-  int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = S > 0 ? W / S : 0, r = a.down->ne[1];
-  if (S <= 0 || W % S) fail("hc_read: ", S, " streams do not divide ", W);
-  if (a.norm->n_elements() != W || a.down->ne[0] != W || a.up->ne[0] != r || a.up->ne[1] != W)
-    fail("hc_read: weights ", a.norm->name, ", ", a.down->name, ", ", a.up->name, " do not fit width ", W);
-  expect_shape(*a.x, {H, T, 1, 1}, "hc_read", "x");
-  if (a.inject) {
-    if (a.inject->ne[0] != W || a.inject->ne[1] != S) fail("hc_read: ", a.inject->name, " does not fit");
-    expect_shape(*a.inject_w, {S, T, 1, 1}, "hc_read", "inject_w");
-  }
+  int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
   if (T == 0) return;
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
   rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
@@ -154,10 +147,8 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
 
 void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
   OpScope scope(profiler_, "hc_write", y.ne(1), stream_);
+  check_hc_write(R, y, inject_w);
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
-  if (H * S != W) fail("hc_write: ", S, " streams of ", H, " do not make ", W);
-  expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
-  expect_shape(inject_w, {S, T, 1, 1}, "hc_write", "inject_w");
   if (W * T == 0) return;
   launch(stream_, hc_write_kernel, blocks_for(W * T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
   check_launch("hc_write_kernel");
@@ -165,11 +156,8 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
 
 void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
   OpScope scope(profiler_, "ple_gate", val.ne(1), stream_);
-  int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
-  if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
-  expect_shape(qry, key.ne(), "ple_gate", "qry");
-  expect_shape(val, {H, T, 1, 1}, "ple_gate", "val");
-  expect_shape(out, key.ne(), "ple_gate", "out");
+  check_ple_gate(key, qry, val, n_streams, out);
+  int64_t T = key.ne(1), H = val.ne(0);
   if (n_streams * T == 0) return;
   dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(n_streams));
   launch(stream_, ple_gate_kernel, grid, 128, 0, key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());

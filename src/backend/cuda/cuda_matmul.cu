@@ -170,26 +170,19 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
 
 void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
   OpScope scope(profiler_, "mul_mat", x.ne(1), stream_, w.ne[1]);
-  int64_t K = w.ne[0], N = w.ne[1], T = x.ne(1);
-  if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
-  expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
-  expect_shape(out, {N, T, 1, 1}, "mul_mat", "out");
-  matmul(matrix(w), x.f32(), T, out.f32());
+  check_mul_mat(w, x, out);
+  matmul(matrix(w), x.f32(), x.ne(1), out.f32());
 }
 
 void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
   OpScope scope(profiler_, "mul_mat_shared_input", x.ne(1), stream_, ws.empty() ? 0 : ws[0]->ne[1]);
   if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
+  for (size_t i = 0; i < ws.size(); ++i) check_mul_mat(*ws[i], x, *outs[i]);
   const int64_t K = x.ne(0), T = x.ne(1);
   // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
   std::vector<const DeviceMatrix*> batch;
   std::vector<float*> batch_out;
   std::vector<bool> done(ws.size(), false);
-  for (size_t i = 0; i < ws.size(); ++i) {
-    const Weight& w = *ws[i];
-    if (w.ne[0] != K || w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " does not take rows of ", K);
-    expect_shape(*outs[i], {w.ne[1], T, 1, 1}, "mul_mat", "out");
-  }
   if (T <= kMatvecMaxTokens) {
     for (size_t i = 0; i < ws.size(); ++i) {
       const DeviceMatrix& first = matrix(*ws[i]);

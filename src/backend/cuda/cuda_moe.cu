@@ -289,10 +289,8 @@ void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, i
 
 void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) {
   OpScope scope(profiler_, "moe_route", logits.ne(1), stream_);
+  check_moe_route(logits, k, ids, weights);
   int64_t E = logits.ne(0), T = logits.ne(1);
-  if (k <= 0 || k > E) fail("moe_route: top ", k, " of ", E, " experts");
-  expect_shape(ids, {k, T, 1, 1}, "moe_route", "ids");
-  expect_shape(weights, {k, T, 1, 1}, "moe_route", "weights");
   if (T == 0) return;
   launch(stream_, moe_route_kernel, blocks_for(T, 4), 128, 0, logits.f32(), E, T, k, ids.i32(), weights.f32());
   check_launch("moe_route_kernel");
@@ -300,14 +298,9 @@ void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor
 
 void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   OpScope scope(profiler_, "moe_experts", a.x->ne(1), stream_);
+  check_moe_experts(a);
   const Weight &wg = *a.gate_exps, &wu = *a.up_exps, &wd = *a.down_exps;
   int64_t H = wg.ne[0], F = wg.ne[1], E = wg.ne[2], T = a.x->ne(1), k = a.ids->ne(0);
-  if (wu.ne != wg.ne || wd.ne[0] != F || wd.ne[1] != H || wd.ne[2] != E)
-    fail("moe_experts: ", wg.name, ", ", wu.name, ", ", wd.name, " do not fit together");
-  expect_shape(*a.x, {H, T, 1, 1}, "moe_experts", "x");
-  expect_shape(*a.ids, {k, T, 1, 1}, "moe_experts", "ids");
-  expect_shape(*a.weights, {k, T, 1, 1}, "moe_experts", "weights");
-  expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
   int64_t pairs = k * T;
   if (pairs == 0) return;
   const DeviceMatrix &mg = matrix(wg), &mu = matrix(wu), &md = matrix(wd);

@@ -9,22 +9,18 @@ namespace regolith {
 using namespace ref;
 
 void RefBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
+  check_get_rows(table, ids, out);
   int64_t n = table.ne[0];
-  expect_elements(out, n * static_cast<int64_t>(ids.size()), "get_rows", "out");
   RowReader rows(table);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= table.n_rows())
-      fail("get_rows: row ", ids[i], " is outside ", table.name, " (", table.n_rows(), " rows)");
     const float* r = rows.row(ids[i]);
     std::copy(r, r + n, out.f32() + static_cast<int64_t>(i) * n);
   }
 }
 
 void RefBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
+  check_mul_mat(w, x, out);
   int64_t K = w.ne[0], N = w.ne[1], T = x.ne(1);
-  if (w.ne[2] != 1 || w.ne[3] != 1) fail("mul_mat: ", w.name, " is not a matrix");
-  expect_shape(x, {K, T, 1, 1}, "mul_mat", "x");
-  expect_shape(out, {N, T, 1, 1}, "mul_mat", "out");
   const float* xp = x.f32();
   float* op = out.f32();
   parallel_rows(N, K * T, [&](int64_t n0, int64_t n1) {
@@ -37,29 +33,23 @@ void RefBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
 }
 
 void RefBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  expect_shape(b, a.ne(), "add", "b");
-  expect_shape(out, a.ne(), "add", "out");
+  check_add(a, b, out);
   for (int64_t i = 0; i < a.n_elements(); ++i) out.f32()[i] = a.f32()[i] + b.f32()[i];
 }
 
 void RefBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
+  check_repeat_streams(x, n_streams, out);
   int64_t H = x.ne(0), T = x.ne(1);
-  expect_shape(out, {H * n_streams, T, 1, 1}, "repeat_streams", "out");
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < n_streams; ++s)
       std::copy(x.f32() + t * H, x.f32() + (t + 1) * H, out.f32() + (t * n_streams + s) * H);
 }
 
 void RefBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
+  check_rms_norm(x, w, group, out);
   int64_t n = x.ne(0);
-  if (group <= 0 || n % group != 0) fail("rms_norm: group ", group, " does not divide rows of ", n);
-  expect_shape(out, x.ne(), "rms_norm", "out");
   std::vector<float> wv;
-  if (w) {
-    if (w->n_elements() != group && w->n_elements() != n)
-      fail("rms_norm: weight ", w->name, " has ", w->n_elements(), " values for groups of ", group, " in rows of ", n);
-    wv = weight_values(*w);
-  }
+  if (w) wv = weight_values(*w);
   int64_t n_groups = x.n_elements() / group;
   for (int64_t gi = 0; gi < n_groups; ++gi) {
     const float* wp = wv.empty() ? nullptr : wv.data() + (wv.size() == static_cast<size_t>(n) ? (gi * group) % n : 0);
@@ -68,24 +58,20 @@ void RefBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float
 }
 
 void RefBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
+  check_rope(x, positions, n_rot);
   int64_t hd = x.ne(0), nh = x.ne(1), T = x.ne(2);
-  if (static_cast<int64_t>(positions.size()) != T || x.ne(3) != 1)
-    fail("rope: ", positions.size(), " positions for ", x.shape_string());
-  if (n_rot <= 0 || n_rot % 2 || n_rot > hd) fail("rope: n_rot ", n_rot, " for heads of ", hd);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nh; ++h) rope_head(x.f32() + (t * nh + h) * hd, positions[t], n_rot, theta);
 }
 
 void RefBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
-  expect_shape(u, g.ne(), "swiglu", "u");
-  expect_shape(out, g.ne(), "swiglu", "out");
+  check_swiglu(g, u, out);
   for (int64_t i = 0; i < g.n_elements(); ++i) out.f32()[i] = static_cast<float>(silu(g.f32()[i]) * u.f32()[i]);
 }
 
 void RefBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
+  check_add_sigmoid_gated(acc, x, s);
   int64_t n = acc.ne(0), T = acc.ne(1);
-  expect_shape(x, acc.ne(), "add_sigmoid_gated", "x");
-  expect_shape(s, {1, T, 1, 1}, "add_sigmoid_gated", "s");
   for (int64_t t = 0; t < T; ++t) {
     double gate = sigmoid(s.f32()[t]);
     for (int64_t i = 0; i < n; ++i) acc.f32()[t * n + i] = static_cast<float>(acc.f32()[t * n + i] + gate * x.f32()[t * n + i]);
@@ -93,11 +79,8 @@ void RefBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s
 }
 
 void RefBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
-  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0];
-  if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
-  int64_t L = (K - 1) * dilation;
-  expect_shape(history, {C, L, 1, 1}, "causal_conv", "history");
-  expect_shape(out, x.ne(), "causal_conv", "out");
+  check_causal_conv(x, history, w, dilation, out);
+  int64_t C = x.ne(0), T = x.ne(1), K = w.ne[0], L = (K - 1) * dilation;
   std::vector<float> wv = weight_values(w);  // [C][K]
   // The sequence [history | x], oldest first.
   std::vector<float> seq(static_cast<size_t>((L + T) * C));

@@ -14,16 +14,6 @@ namespace {
 
 constexpr int64_t kChunk = 64;  // transformers' chunk size; any size gives the same result
 
-void check_scan(const GdnScanArgs& a, const char* op) {
-  int64_t T = a.qkv->ne(1), nk = a.n_k_heads, nv = a.n_v_heads;
-  if (nk <= 0 || nv <= 0 || nv % nk) fail(op, ": ", nv, " v heads over ", nk, " k heads");
-  expect_shape(*a.qkv, {2 * nk * a.dk + nv * a.dv, T, 1, 1}, op, "qkv");
-  expect_shape(*a.g, {nv, T, 1, 1}, op, "g");
-  expect_shape(*a.beta, {nv, T, 1, 1}, op, "beta");
-  expect_shape(*a.state, {a.dv, a.dk, nv, 1}, op, "state");
-  expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
-}
-
 // One v head's inputs, FP64: q (l2-normed, scaled), k (l2-normed), v, g, beta per token.
 struct HeadInputs {
   int64_t T, dk, dv;
@@ -71,12 +61,8 @@ void store_state(const GdnScanArgs& a, int64_t h, const std::vector<double>& S) 
 
 void RefBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                            Tensor& g, Tensor& beta) {
+  check_gdn_gates(alpha, beta_raw, ssm_a, dt_bias, g, beta);
   int64_t nv = alpha.ne(0), T = alpha.ne(1);
-  if (ssm_a.n_elements() != nv || dt_bias.n_elements() != nv)
-    fail("gdn_gates: ", ssm_a.name, " / ", dt_bias.name, " do not have ", nv, " heads");
-  expect_shape(beta_raw, alpha.ne(), "gdn_gates", "beta_raw");
-  expect_shape(g, alpha.ne(), "gdn_gates", "g");
-  expect_shape(beta, alpha.ne(), "gdn_gates", "beta");
   std::vector<float> A = weight_values(ssm_a), dt = weight_values(dt_bias);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nv; ++h) {
@@ -86,7 +72,7 @@ void RefBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const We
 }
 
 void RefBackend::gdn_recurrent(const GdnScanArgs& a) {
-  check_scan(a, "gdn_recurrent");
+  check_gdn_scan(a, "gdn_recurrent");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
   for (int64_t h = 0; h < nv; ++h) {
     HeadInputs in = head_inputs(a, h);
@@ -113,7 +99,7 @@ void RefBackend::gdn_recurrent(const GdnScanArgs& a) {
 }
 
 void RefBackend::gdn_chunked(const GdnScanArgs& a) {
-  check_scan(a, "gdn_chunked");
+  check_gdn_scan(a, "gdn_chunked");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
   for (int64_t h = 0; h < nv; ++h) {
     HeadInputs in = head_inputs(a, h);
@@ -181,10 +167,8 @@ void RefBackend::gdn_chunked(const GdnScanArgs& a) {
 }
 
 void RefBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) {
+  check_gated_rms_norm(x, z, w, out);
   int64_t dv = w.n_elements();
-  if (dv <= 0 || x.ne(0) % dv) fail("gated_rms_norm: ", w.name, " (", dv, ") does not divide ", x.ne(0));
-  expect_shape(z, x.ne(), "gated_rms_norm", "z");
-  expect_shape(out, x.ne(), "gated_rms_norm", "out");
   std::vector<float> wv = weight_values(w);
   std::vector<float> n(dv);
   for (int64_t gi = 0; gi < x.n_elements() / dv; ++gi) {

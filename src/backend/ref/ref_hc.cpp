@@ -9,16 +9,9 @@ namespace regolith {
 using namespace ref;
 
 void RefBackend::hc_read(const HcReadArgs& a) {
+  check_hc_read(a);
   const Tensor& R = *a.R;
   int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
-  if (S <= 0 || W % S) fail("hc_read: ", S, " streams do not divide ", W);
-  if (a.norm->n_elements() != W || a.down->ne[0] != W || a.up->ne[0] != r || a.up->ne[1] != W)
-    fail("hc_read: weights ", a.norm->name, ", ", a.down->name, ", ", a.up->name, " do not fit width ", W);
-  expect_shape(*a.x, {H, T, 1, 1}, "hc_read", "x");
-  if (a.inject) {
-    if (a.inject->ne[0] != W || a.inject->ne[1] != S) fail("hc_read: ", a.inject->name, " does not fit");
-    expect_shape(*a.inject_w, {S, T, 1, 1}, "hc_read", "inject_w");
-  }
   std::vector<float> g = weight_values(*a.norm);
   parallel_rows(T, 2 * W * r, [&](int64_t t0, int64_t t1) {
     RowReader down(*a.down), up(*a.up);
@@ -40,10 +33,8 @@ void RefBackend::hc_read(const HcReadArgs& a) {
 }
 
 void RefBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
+  check_hc_write(R, y, inject_w);
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
-  if (H * S != W) fail("hc_write: ", S, " streams of ", H, " do not make ", W);
-  expect_shape(y, {H, T, 1, 1}, "hc_write", "y");
-  expect_shape(inject_w, {S, T, 1, 1}, "hc_write", "inject_w");
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < S; ++s) {
       double wi = inject_w.f32()[t * S + s];
@@ -53,11 +44,8 @@ void RefBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
 }
 
 void RefBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
+  check_ple_gate(key, qry, val, n_streams, out);
   int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
-  if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
-  expect_shape(qry, key.ne(), "ple_gate", "qry");
-  expect_shape(val, {H, T, 1, 1}, "ple_gate", "val");
-  expect_shape(out, key.ne(), "ple_gate", "out");
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < n_streams; ++s) {
       double score = dot(key.f32() + t * W + s * H, qry.f32() + t * W + s * H, H) / std::sqrt(static_cast<double>(H));

@@ -12,9 +12,8 @@ namespace regolith {
 using namespace ref;
 
 void RefBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
+  check_split_q_gate(qg, q, gate);
   int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
-  expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
-  expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
   for (int64_t r = 0; r < nh * T; ++r) {
     const float* src = qg.f32() + r * 2 * hd;
     std::copy(src, src + hd, q.f32() + r * hd);
@@ -23,10 +22,8 @@ void RefBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
 }
 
 void RefBackend::qsa_pool(const QsaPoolArgs& a) {
+  check_qsa_pool(a);
   int64_t d = a.raw_keys->ne(0);
-  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
-  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
-    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
   std::vector<float> w = weight_values(*a.k_norm), mean(d);
   for (int64_t b = a.block_begin; b < a.block_end; ++b) {
     for (int64_t i = 0; i < d; ++i) {
@@ -41,14 +38,10 @@ void RefBackend::qsa_pool(const QsaPoolArgs& a) {
 }
 
 void RefBackend::qsa_select(const QsaSelectArgs& a) {
+  check_qsa_select(a);
   int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
-  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
-  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
-  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
   for (int64_t t = 0; t < T; ++t) {
     int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
-    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
     std::vector<double> score(nb);
     for (int64_t b = 0; b < nb; ++b) {
       double s = 0;
@@ -61,8 +54,6 @@ void RefBackend::qsa_select(const QsaSelectArgs& a) {
       for (int64_t i = 0; i < a.ratio; ++i) positions.push_back(static_cast<int32_t>(b * a.ratio + i));
     for (int64_t i = nb * a.ratio; i <= p; ++i) positions.push_back(static_cast<int32_t>(i));
     std::sort(positions.begin(), positions.end());
-    if (static_cast<int64_t>(positions.size()) > max_sel)
-      fail("qsa_select: ", positions.size(), " selected positions exceed the ", max_sel, " slots");
     std::copy(positions.begin(), positions.end(), a.sel->i32() + t * max_sel);
     std::fill(a.sel->i32() + t * max_sel + positions.size(), a.sel->i32() + (t + 1) * max_sel, -1);
     a.n_sel->i32()[t] = static_cast<int32_t>(positions.size());
@@ -70,14 +61,9 @@ void RefBackend::qsa_select(const QsaSelectArgs& a) {
 }
 
 void RefBackend::qsa_attend(const QsaAttendArgs& a) {
+  check_qsa_attend(a);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel->ne(0);
-  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
-  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
-  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
-  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
-  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   int64_t group = nh / nkv;
   parallel_rows(T, nh * max_sel * hd * 2, [&](int64_t t0, int64_t t1) {
     std::vector<double> s, o(hd);

@@ -1,4 +1,4 @@
-// Helpers shared by the reference ops: weight rows as floats, shape checks, FP64 dots, threads.
+// Helpers shared by the reference ops: weight rows as floats, FP64 dots, threads.
 #pragma once
 
 #include <cmath>
