@@ -315,9 +315,8 @@ __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m
 
 void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
   OpScope scope(profiler_, "split_q_gate", qg.ne(2), stream_);
+  check_split_q_gate(qg, q, gate);
   int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
-  expect_shape(q, {hd, nh, T, 1}, "split_q_gate", "q");
-  expect_shape(gate, {hd, nh, T, 1}, "split_q_gate", "gate");
   int64_t n = hd * nh * T;
   if (n == 0) return;
   launch(stream_, split_q_gate_kernel, blocks_for(n, kThreads), kThreads, 0, qg.f32(), q.f32(), gate.f32(), hd, n);
@@ -326,13 +325,10 @@ void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
 
 void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
   OpScope scope(profiler_, "qsa_pool", -1, stream_);
-  int64_t d = a.raw_keys->ne(0);
-  if (a.pooled->ne(0) != d || a.k_norm->n_elements() != d) fail("qsa_pool: widths differ from ", d);
-  if (a.block_begin < 0 || a.block_end > a.pooled->ne(1) || a.block_end * a.ratio > a.raw_keys->ne(1))
-    fail("qsa_pool: blocks [", a.block_begin, ", ", a.block_end, ") exceed the caches");
-  int64_t n = a.block_end - a.block_begin;
+  check_qsa_pool(a);
+  int64_t d = a.raw_keys->ne(0), n = a.block_end - a.block_begin;
   if (n <= 0) return;
-  std::vector<float> inv = a.n_rot > 0 ? rope_inv_freq(a.n_rot, a.theta) : std::vector<float>{0.0f};
+  std::vector<float> inv = rope_inv_freq(a.n_rot, a.theta);
   Tensor freq = upload_scratch(std::span<const float>(inv));
   int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
   launch(stream_, qsa_pool_kernel, static_cast<unsigned>(n), threads, d * sizeof(float), a.raw_keys->f32(), values(*a.k_norm), freq.f32(), d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
@@ -341,19 +337,10 @@ void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
 
 void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   OpScope scope(profiler_, "qsa_select", static_cast<int64_t>(a.positions.size()), stream_);
+  check_qsa_select(a);
   int64_t d = a.iq->ne(0), nh = a.iq->ne(1), T = a.iq->ne(2), max_sel = a.sel->ne(0);
-  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_select: ", a.positions.size(), " positions for ", T, " rows");
-  if (a.pooled->ne(0) != d) fail("qsa_select: pooled keys are ", a.pooled->ne(0), " wide, queries ", d);
-  expect_shape(*a.sel, {max_sel, T, 1, 1}, "qsa_select", "sel");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_select", "n_sel");
   int64_t nb_max = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    int64_t p = a.positions[t], nb = (p + 1) / a.ratio;
-    if (nb > a.pooled->ne(1)) fail("qsa_select: row at position ", p, " needs ", nb, " pooled blocks");
-    int64_t count = std::min(a.top_blocks, nb) * a.ratio + (p + 1 - nb * a.ratio);
-    if (count > max_sel) fail("qsa_select: ", count, " selected positions exceed the ", max_sel, " slots");
-    nb_max = std::max(nb_max, nb);
-  }
+  for (int64_t p : a.positions) nb_max = std::max(nb_max, (p + 1) / a.ratio);
   if (T == 0) return;
   Tensor pos = upload_scratch(a.positions);
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
@@ -372,12 +359,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   OpScope scope(profiler_, "qsa_attend", a.q->ne(2), stream_);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel->ne(0);
-  if (nkv <= 0 || nh % nkv) fail("qsa_attend: ", nkv, " kv heads for ", nh, " heads");
-  expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
-  expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
-  expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
-  expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
+  check_qsa_attend(a);
   if (nh * T == 0) return;
   if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
