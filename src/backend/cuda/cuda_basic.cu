@@ -145,9 +145,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
   int64_t w_len = w ? w->n_elements() : 0;
   int64_t n_groups = x.n_elements() / group;
   if (n_groups == 0) return;
-  // Up to 1024 threads: a few values each, all loads in flight at once (an HC read normalizes
-  // groups of 2560 in four blocks).
-  int threads = static_cast<int>(std::min<int64_t>(1024, (group + 31) / 32 * 32));
+  int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
   launch(stream_, rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32());
   check_launch("rms_norm_kernel");
 }
