@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tools/cuda/device_check.sh built BUILD_DIR and tools/cuda/device_bench.sh
-# wrote MODEL: device milliseconds per op (REGOLITH_CUDA_PROFILE=1) over one prefill of PROMPT
-# tokens (default 2048) and 64 decode steps, printed as two tables (one-token and multi-token
-# calls), then the same with step graphs (REGOLITH_CUDA_GRAPHS=1: no op times, but the graphs'
+# wrote MODEL: device milliseconds per op and per op/kernel (REGOLITH_CUDA_PROFILE=1) over one
+# prefill of PROMPT tokens (default 2048) and 64 decode steps, for one-token and multi-token calls,
+# then the same with step graphs (REGOLITH_CUDA_GRAPHS=1: no op times, but the graphs'
 # counters: built, reused, parameter updates and host time per submit). Output also goes to
 # $OUT/profile.txt.
 #   tools/cuda/device_profile.sh [BUILD_DIR] [MODEL]

@@ -123,8 +123,7 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   check_add(a, b, out);
   int64_t n = a.n_elements();
   if (n == 0) return;
-  launch(stream_, add_kernel, blocks_for(n, kThreads), kThreads, 0, a.f32(), b.f32(), out.f32(), n);
-  check_launch("add_kernel");
+  launch(stream_, "add_kernel", add_kernel, blocks_for(n, kThreads), kThreads, 0, a.f32(), b.f32(), out.f32(), n);
 }
 
 void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
@@ -133,8 +132,7 @@ void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out
   int64_t H = x.ne(0), T = x.ne(1);
   int64_t n = H * n_streams * T;
   if (n == 0) return;
-  launch(stream_, repeat_streams_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), H, n_streams, T, out.f32());
-  check_launch("repeat_streams_kernel");
+  launch(stream_, "repeat_streams_kernel", repeat_streams_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), H, n_streams, T, out.f32());
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
@@ -146,8 +144,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
   int64_t n_groups = x.n_elements() / group;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
-  launch(stream_, rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32());
-  check_launch("rms_norm_kernel");
+  launch(stream_, "rms_norm_kernel", rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32());
 }
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {
@@ -158,8 +155,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_
   if (n == 0) return;
   std::vector<float> inv = rope_inv_freq(n_rot, theta);
   Tensor pos = upload_scratch(positions), freq = upload_scratch(std::span<const float>(inv));
-  launch(stream_, rope_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), reinterpret_cast<const int64_t*>(pos.f32()), freq.f32(), hd, nh, T, half);
-  check_launch("rope_kernel");
+  launch(stream_, "rope_kernel", rope_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), reinterpret_cast<const int64_t*>(pos.f32()), freq.f32(), hd, nh, T, half);
 }
 
 void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
@@ -167,8 +163,7 @@ void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {
   check_swiglu(g, u, out);
   int64_t n = g.n_elements();
   if (n == 0) return;
-  launch(stream_, swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, g.f32(), u.f32(), out.f32(), n);
-  check_launch("swiglu_kernel");
+  launch(stream_, "swiglu_kernel", swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, g.f32(), u.f32(), out.f32(), n);
 }
 
 void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) {
@@ -176,8 +171,7 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
   check_add_sigmoid_gated(acc, x, s);
   int64_t n = acc.ne(0), T = acc.ne(1);
   if (n * T == 0) return;
-  launch(stream_, add_sigmoid_gated_kernel, blocks_for(n * T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
-  check_launch("add_sigmoid_gated_kernel");
+  launch(stream_, "add_sigmoid_gated_kernel", add_sigmoid_gated_kernel, blocks_for(n * T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
 }
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
@@ -187,19 +181,16 @@ void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w,
   const float* wv = values(w);
   if (T <= kConvStepTokens) {
     if (C * T > 0) {
-      launch(stream_, causal_conv_step_kernel, blocks_for(C, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
-      check_launch("causal_conv_step_kernel");
+      launch(stream_, "causal_conv_step_kernel", causal_conv_step_kernel, blocks_for(C, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
     }
     return;
   }
   if (C * T > 0) {
-    launch(stream_, causal_conv_kernel, blocks_for(C * T, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
-    check_launch("causal_conv_kernel");
+    launch(stream_, "causal_conv_kernel", causal_conv_kernel, blocks_for(C * T, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
   }
   if (C * L > 0) {
     Tensor next = scratch_f32(C * L);
-    launch(stream_, conv_history_kernel, blocks_for(C * L, kThreads), kThreads, 0, x.f32(), history.f32(), C, T, L, next.f32());
-    check_launch("conv_history_kernel");
+    launch(stream_, "conv_history_kernel", conv_history_kernel, blocks_for(C * L, kThreads), kThreads, 0, x.f32(), history.f32(), C, T, L, next.f32());
     copy(next, 0, history, 0, C * L);
   }
 }

@@ -18,9 +18,6 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("cuda: ", what, ": ", cudaGetErrorString(e));
 }
 
-// After every launch: a bad configuration shows here, a fault in the kernel at the next sync.
-inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
-
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }

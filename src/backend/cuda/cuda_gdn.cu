@@ -141,8 +141,7 @@ __global__ void gated_rms_norm_kernel(const float* x, const float* z, const floa
 template <int kRows>
 void launch_scan_rows(const GdnScanArgs& a, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
-  launch(stream, gdn_scan_kernel<kRows>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
-  check_launch("gdn_scan_kernel");
+  launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
 }
 
 void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
@@ -419,8 +418,7 @@ void CudaBackend::gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const W
   check_gdn_gates(alpha, beta_raw, ssm_a, dt_bias, g, beta);
   int64_t nv = alpha.ne(0), T = alpha.ne(1);
   if (nv * T == 0) return;
-  launch(stream_, gdn_gates_kernel, blocks_for(nv * T, kThreads), kThreads, 0, alpha.f32(), beta_raw.f32(), values(ssm_a), values(dt_bias), nv, T, g.f32(), beta.f32());
-  check_launch("gdn_gates_kernel");
+  launch(stream_, "gdn_gates_kernel", gdn_gates_kernel, blocks_for(nv * T, kThreads), kThreads, 0, alpha.f32(), beta_raw.f32(), values(ssm_a), values(dt_bias), nv, T, g.f32(), beta.f32());
 }
 
 void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
@@ -453,10 +451,8 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
   terms.decay = terms.P + items * kChunk * kChunk;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
-    launch(stream_, gdn_chunk_prep_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(nv)), kChunkThreads, prep_bytes, a.qkv->f32(), a.g->f32(), a.beta->f32(), T, c0, a.n_k_heads, nv, dk, dv, terms);
-    check_launch("gdn_chunk_prep_kernel");
-    launch(stream_, gdn_state_pass_kernel, dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
-    check_launch("gdn_state_pass_kernel");
+    launch(stream_, "gdn_chunk_prep_kernel", gdn_chunk_prep_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(nv)), kChunkThreads, prep_bytes, a.qkv->f32(), a.g->f32(), a.beta->f32(), T, c0, a.n_k_heads, nv, dk, dv, terms);
+    launch(stream_, "gdn_state_pass_kernel", gdn_state_pass_kernel, dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
   }
 }
 
@@ -467,8 +463,7 @@ void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight&
   int64_t n_groups = x.n_elements() / dv;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (dv + 31) / 32 * 32));
-  launch(stream_, gated_rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), z.f32(), values(w), dv, eps, out.f32());
-  check_launch("gated_rms_norm_kernel");
+  launch(stream_, "gated_rms_norm_kernel", gated_rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), z.f32(), values(w), dv, eps, out.f32());
 }
 
 }  // namespace regolith::cuda

@@ -122,26 +122,21 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   if (T == 1 && S == 4 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
       (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
     dispatch_unit(down.type, [&](auto unit) {
-      launch(stream_, hc_down_inject_kernel<decltype(unit)>, blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, W, r, S, n.f32(), lo.f32(), inject ? a.inject_w->f32() : nullptr);
+      launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit)>, blocks_for(r + (inject ? S : 0), 2), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, W, r, S, n.f32(), lo.f32(), inject ? a.inject_w->f32() : nullptr);
     });
-    check_launch("hc_down_inject_kernel");
     dispatch_unit(up.type, [&](auto unit) {
-      launch(stream_, hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
+      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, up.data, up.row_bytes, r, H, lo.f32(), n.f32(), a.x->f32());
     });
-    check_launch("hc_up_mix_kernel");
     return;
   }
   Tensor m = scratch_f32(W * T);
   matmul(down, n.f32(), T, lo.f32());
-  launch(stream_, scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
-  check_launch("scaled_silu_kernel");
+  launch(stream_, "scaled_silu_kernel", scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
   matmul(up, lo.f32(), T, m.f32());
-  launch(stream_, hc_mix_kernel, blocks_for(H * T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
-  check_launch("hc_mix_kernel");
+  launch(stream_, "hc_mix_kernel", hc_mix_kernel, blocks_for(H * T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
   if (a.inject) {
     matmul(*inject, n.f32(), T, a.inject_w->f32());
-    launch(stream_, inject_weights_kernel, blocks_for(S * T, kThreads), kThreads, 0, a.inject_w->f32(), S * T, 1.0 / S);
-    check_launch("inject_weights_kernel");
+    launch(stream_, "inject_weights_kernel", inject_weights_kernel, blocks_for(S * T, kThreads), kThreads, 0, a.inject_w->f32(), S * T, 1.0 / S);
   }
 }
 
@@ -150,8 +145,7 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
   check_hc_write(R, y, inject_w);
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
   if (W * T == 0) return;
-  launch(stream_, hc_write_kernel, blocks_for(W * T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
-  check_launch("hc_write_kernel");
+  launch(stream_, "hc_write_kernel", hc_write_kernel, blocks_for(W * T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
 }
 
 void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
@@ -160,8 +154,7 @@ void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& v
   int64_t T = key.ne(1), H = val.ne(0);
   if (n_streams * T == 0) return;
   dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(n_streams));
-  launch(stream_, ple_gate_kernel, grid, 128, 0, key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());
-  check_launch("ple_gate_kernel");
+  launch(stream_, "ple_gate_kernel", ple_gate_kernel, grid, 128, 0, key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());
 }
 
 }  // namespace regolith::cuda

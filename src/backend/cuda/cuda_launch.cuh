@@ -1,7 +1,8 @@
-// Every kernel launch, memset and copy of the CUDA backend goes through here, so that a stream can
-// be switched into recording (cuda_step_graph.cuh): then the work is kept as a list instead of
-// being sent to the driver, and replayed later as one CUDA graph. Off, launch() is
-// cudaLaunchKernel with the arguments converted to the kernel's parameter types.
+// Every kernel launch, memset and copy of the CUDA backend goes through here, so that what a
+// stream is attached to can take them: a StepRecorder (cuda_step_graph.cuh) keeps the work as a
+// list to replay as one CUDA graph instead of sending it to the driver; an OpProfiler
+// (cuda_profile.cuh) brackets every kernel with events. Unattached, launch() is cudaLaunchKernel
+// with the arguments converted to the kernel's parameter types, and an error names the kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,11 +17,19 @@
 namespace regolith::cuda {
 
 class StepRecorder;
+class OpProfiler;
 
-// The recorder a stream is attached to, or null (the stream runs its work at once).
-StepRecorder* recorder_of(cudaStream_t stream);
+// What a stream is attached to (cuda_launch.cu keeps the table); both null: nothing.
+struct StreamHooks {
+  StepRecorder* recorder = nullptr;
+  OpProfiler* profiler = nullptr;
+};
+StreamHooks hooks_of(cudaStream_t stream);
+void set_hooks(cudaStream_t stream, StreamHooks hooks);
+
 void record_kernel(StepRecorder& r, const void* func, dim3 grid, dim3 block, size_t smem, void** args,
                    const size_t* arg_sizes, size_t n_args);
+void profile_kernel(OpProfiler& p, const char* name, bool start, cudaStream_t stream);
 
 // Stream-ordered copy and fill that a recording stream keeps as graph nodes.
 void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what);
@@ -29,25 +38,31 @@ void memset_async(void* dst, size_t bytes, cudaStream_t stream);
 namespace detail {
 
 template <typename... P, typename Tuple, size_t... I>
-void launch_tuple(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, Tuple& values,
-                  std::index_sequence<I...>) {
+void launch_tuple(cudaStream_t stream, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                  Tuple& values, std::index_sequence<I...>) {
   void* args[sizeof...(P) + 1] = {static_cast<void*>(&std::get<I>(values))...};
   constexpr size_t sizes[sizeof...(P) + 1] = {sizeof(std::tuple_element_t<I, Tuple>)...};
-  if (StepRecorder* r = recorder_of(stream)) {
-    record_kernel(*r, reinterpret_cast<const void*>(kernel), grid, block, smem, args, sizes, sizeof...(P));
+  const StreamHooks hooks = hooks_of(stream);
+  if (hooks.recorder) {
+    record_kernel(*hooks.recorder, reinterpret_cast<const void*>(kernel), grid, block, smem, args, sizes,
+                  sizeof...(P));
     return;
   }
-  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, smem, stream), "kernel launch");
+  if (hooks.profiler) profile_kernel(*hooks.profiler, name, true, stream);
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, smem, stream), name);
+  if (hooks.profiler) profile_kernel(*hooks.profiler, name, false, stream);
 }
 
 }  // namespace detail
 
-// launch(stream, kernel, grid, block, smem, args...), recorded when the stream records.
+// kernel<<<grid, block, smem, stream>>>(args...); `name` (a string literal) for errors and the
+// profile.
 template <typename... P, typename... A>
-void launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+void launch(cudaStream_t stream, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+            A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "launch: argument count differs from the kernel's");
   std::tuple<std::decay_t<P>...> values(static_cast<std::decay_t<P>>(args)...);
-  detail::launch_tuple(stream, kernel, grid, block, smem, values, std::index_sequence_for<P...>{});
+  detail::launch_tuple(stream, name, kernel, grid, block, smem, values, std::index_sequence_for<P...>{});
 }
 
 }  // namespace regolith::cuda

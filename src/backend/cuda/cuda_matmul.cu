@@ -106,8 +106,7 @@ void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const
     b.out[i] = outs[i] + t0 * ms[i]->n_rows;
     b.first_block[i + 1] = b.first_block[i] + blocks_for(ms[i]->n_rows, R);
   }
-  launch(stream, gemv_kernel<U, R, TB>, b.first_block[ms.size()], gemv_threads(K / kUnit), 0, b, K, x + t0 * K, T);
-  check_launch("gemv_kernel");
+  launch(stream, "gemv_kernel", gemv_kernel<U, R, TB>, b.first_block[ms.size()], gemv_threads(K / kUnit), 0, b, K, x + t0 * K, T);
 }
 
 // Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond.
@@ -138,19 +137,17 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
     dim3 grid(blocks_for(N, kMatvecWarps)), block(32 * kMatvecWarps);
     int t = static_cast<int>(T);
     if (T == 1)
-      launch(stream, matvec_kernel<D, 1>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      launch(stream, "matvec_kernel", matvec_kernel<D, 1>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
     else if (T == 2)
-      launch(stream, matvec_kernel<D, 2>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      launch(stream, "matvec_kernel", matvec_kernel<D, 2>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
     else if (T <= 4)
-      launch(stream, matvec_kernel<D, 4>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      launch(stream, "matvec_kernel", matvec_kernel<D, 4>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
     else
-      launch(stream, matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
-    check_launch("matvec_kernel");
+      launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
   } else {
     [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, "gemm_kernel shared memory");
     dim3 grid(blocks_for(T, kGemmCols), gemm_row_blocks(N));
-    launch(stream, gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K), out);
-    check_launch("gemm_kernel");
+    launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K), out);
   }
 }
 

@@ -107,12 +107,12 @@ CudaBackend::CudaBackend()
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   if (env_is_1("REGOLITH_CUDA_GRAPHS")) {
     recorder_ = std::make_unique<StepRecorder>(stream_);
-    recorder_->set_recording(true);
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");
     };
   }
+  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr});
 }
 
 CudaBackend::~CudaBackend() {
@@ -123,6 +123,7 @@ CudaBackend::~CudaBackend() {
     // The recorded work of a failed step is lost with the backend anyway.
   }
   cudaStreamSynchronize(stream_);
+  set_hooks(stream_, {});
   recorder_.reset();
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);

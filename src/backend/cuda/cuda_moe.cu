@@ -249,8 +249,7 @@ ExpertGroups group_pairs(CudaBackend& be, const int32_t* ids, int64_t pairs, int
   groups.list = be.scratch_bytes(static_cast<size_t>(pairs) * sizeof(int32_t));
   groups.tiles = be.scratch_bytes(static_cast<size_t>(groups.max_tiles) * sizeof(ExpertTile));
   groups.n_tiles = be.scratch_bytes(sizeof(int32_t));
-  launch(be.stream(), group_pairs_kernel, 1, static_cast<unsigned>(warps * 32), static_cast<size_t>((warps + 3) * E * 4), ids, pairs, E, groups.list.i32(), reinterpret_cast<ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), dn, H);
-  check_launch("group_pairs_kernel");
+  launch(be.stream(), "group_pairs_kernel", group_pairs_kernel, 1, static_cast<unsigned>(warps * 32), static_cast<size_t>((warps + 3) * E * 4), ids, pairs, E, groups.list.i32(), reinterpret_cast<ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), dn, H);
   return groups;
 }
 
@@ -267,10 +266,9 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
                    const float* x, bool x_per_pair, float* out, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(pairs), blocks_for(N, kWarps));
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
-    launch(stream, expert_matvec_kernel<decltype(dq)>, grid, 32 * kWarps, 0, w.data, w.row_bytes, w.K, N, E, ids, k, x, x_per_pair, out);
+    launch(stream, "expert_matvec_kernel", expert_matvec_kernel<decltype(dq)>, grid, 32 * kWarps, 0, w.data, w.row_bytes, w.K, N, E, ids, k, x, x_per_pair, out);
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
-  check_launch("expert_matvec_kernel");
 }
 
 void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k, const float* x,
@@ -279,10 +277,9 @@ void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, i
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     [[maybe_unused]] static const bool shared_ready =
         allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, "expert_gemm_kernel shared memory");
-    launch(stream, expert_gemm_kernel<decltype(dq)>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
+    launch(stream, "expert_gemm_kernel", expert_gemm_kernel<decltype(dq)>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
-  check_launch("expert_gemm_kernel");
 }
 
 }  // namespace
@@ -292,8 +289,7 @@ void CudaBackend::moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor
   check_moe_route(logits, k, ids, weights);
   int64_t E = logits.ne(0), T = logits.ne(1);
   if (T == 0) return;
-  launch(stream_, moe_route_kernel, blocks_for(T, 4), 128, 0, logits.f32(), E, T, k, ids.i32(), weights.f32());
-  check_launch("moe_route_kernel");
+  launch(stream_, "moe_route_kernel", moe_route_kernel, blocks_for(T, 4), 128, 0, logits.f32(), E, T, k, ids.i32(), weights.f32());
 }
 
 void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
@@ -310,14 +306,12 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     Tensor h = scratch_f32(pairs * F);
     dispatch_unit(mg.type, [&](auto unit) {
       dim3 grid(blocks_for(F, R), static_cast<unsigned>(pairs));
-      launch(stream_, expert_gate_up_kernel<decltype(unit), R>, grid, gemv_threads(H / kUnit), 0, mg.data, mu.data, mg.row_bytes, H, F, E, a.ids->i32(), k, a.x->f32(), h.f32());
+      launch(stream_, "expert_gate_up_kernel", expert_gate_up_kernel<decltype(unit), R>, grid, gemv_threads(H / kUnit), 0, mg.data, mu.data, mg.row_bytes, H, F, E, a.ids->i32(), k, a.x->f32(), h.f32());
     });
-    check_launch("expert_gate_up_kernel");
     dispatch_unit(md.type, [&](auto unit) {
       dim3 grid(blocks_for(H, R), static_cast<unsigned>(T));
-      launch(stream_, expert_down_kernel<decltype(unit), R>, grid, gemv_threads(k * (F / kUnit)), 0, md.data, md.row_bytes, F, H, E, a.ids->i32(), a.weights->f32(), k, h.f32(), a.out->f32());
+      launch(stream_, "expert_down_kernel", expert_down_kernel<decltype(unit), R>, grid, gemv_threads(k * (F / kUnit)), 0, md.data, md.row_bytes, F, H, E, a.ids->i32(), a.weights->f32(), k, h.f32(), a.out->f32());
     });
-    check_launch("expert_down_kernel");
     return;
   }
   Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
@@ -335,8 +329,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     swiglu(g, u, h);
     expert_gemm(matrix(wd), H, groups, k, h.f32(), true, dn.f32(), stream_);
   }
-  launch(stream_, moe_combine_kernel, blocks_for(H * T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
-  check_launch("moe_combine_kernel");
+  launch(stream_, "moe_combine_kernel", moe_combine_kernel, blocks_for(H * T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
 }
 
 }  // namespace regolith::cuda

@@ -1,8 +1,10 @@
-// Device time per op (REGOLITH_CUDA_PROFILE=1): the backend brackets every op with two CUDA events,
-// resolves them whenever the host waits for the stream anyway (read), and prints, when it is
-// destroyed, a table of milliseconds per op on stderr, split into one-token calls (decode) and
-// longer ones (prefill). The spans include any gap before an op's first kernel while the stream
-// was idle, so a launch-bound run shows up as time in many small ops. Off, an op pays one branch.
+// Device time per op and per kernel (REGOLITH_CUDA_PROFILE=1): the backend brackets every op, and
+// launch() every kernel (cuda_launch.cuh), with two CUDA events; they are resolved whenever the host
+// waits for the stream anyway (read), and when the backend is destroyed two tables of milliseconds
+// go to stderr, per op and per op/kernel, split into one-token calls (decode) and longer ones
+// (prefill). An op's span includes any gap before its first kernel while the stream was idle, so a
+// launch-bound run shows up as op time that its kernels do not account for. Off, an op pays one
+// branch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,9 +29,12 @@ class OpProfiler {
   // `tag`, when not 0, is printed after the name and kept apart (a matrix's rows, N).
   void begin(const char* name, int64_t T, int64_t tag, cudaStream_t stream);
   void end(cudaStream_t stream);
+  // One kernel launch of the op now open (`name` a string literal).
+  void kernel_begin(const char* name, cudaStream_t stream);
+  void kernel_end(cudaStream_t stream);
   // The op now open did work that is not the op's (a first-use weight upload): its span is dropped.
   void exclude_open() {
-    if (depth_ > 0 && !open_.empty()) open_.back().excluded = true;
+    if (depth_ > 0) open_[op_span_].excluded = true;
   }
   // After the stream has drained: adds every finished span to the totals.
   void collect();
@@ -39,7 +44,7 @@ class OpProfiler {
     std::string name;
     bool decode;
     cudaEvent_t start, stop;
-    bool excluded = false;
+    bool kernel = false, excluded = false;
   };
   struct Total {
     double ms = 0;
@@ -50,9 +55,10 @@ class OpProfiler {
   bool enabled_;
   int depth_ = 0;           // ops now open (one op may call another)
   bool decode_ = false;     // the phase of the last op that knew its token count
-  std::vector<Span> open_;  // recorded, not yet resolved; the last may lack its stop
+  std::vector<Span> open_;  // recorded, not yet resolved; the open op's lacks its stop
+  size_t op_span_ = 0;      // the open op's span in open_
   std::vector<cudaEvent_t> spare_;
-  std::map<std::string, Total> totals_[2];  // [0] prefill, [1] decode
+  std::map<std::string, Total> totals_[2][2];  // [kernel?][decode?]
 };
 
 // Brackets one op: `OpScope scope(profiler_, "mul_mat", T, stream_);` at the top of the op.

@@ -319,8 +319,7 @@ void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
   int64_t hd = qg.ne(0) / 2, nh = qg.ne(1), T = qg.ne(2);
   int64_t n = hd * nh * T;
   if (n == 0) return;
-  launch(stream_, split_q_gate_kernel, blocks_for(n, kThreads), kThreads, 0, qg.f32(), q.f32(), gate.f32(), hd, n);
-  check_launch("split_q_gate_kernel");
+  launch(stream_, "split_q_gate_kernel", split_q_gate_kernel, blocks_for(n, kThreads), kThreads, 0, qg.f32(), q.f32(), gate.f32(), hd, n);
 }
 
 void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
@@ -331,8 +330,7 @@ void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
   std::vector<float> inv = rope_inv_freq(a.n_rot, a.theta);
   Tensor freq = upload_scratch(std::span<const float>(inv));
   int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
-  launch(stream_, qsa_pool_kernel, static_cast<unsigned>(n), threads, d * sizeof(float), a.raw_keys->f32(), values(*a.k_norm), freq.f32(), d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
-  check_launch("qsa_pool_kernel");
+  launch(stream_, "qsa_pool_kernel", qsa_pool_kernel, static_cast<unsigned>(n), threads, d * sizeof(float), a.raw_keys->f32(), values(*a.k_norm), freq.f32(), d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
 }
 
 void CudaBackend::qsa_select(const QsaSelectArgs& a) {
@@ -348,11 +346,9 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   double* scores_d = reinterpret_cast<double*>(scores.f32());
   if (nb_max > 0) {
     dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, 128));
-    launch(stream_, qsa_score_kernel, grid, 128, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
-    check_launch("qsa_score_kernel");
+    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, 128, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
   }
-  launch(stream_, qsa_choose_kernel, static_cast<unsigned>(T), kThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
-  check_launch("qsa_choose_kernel");
+  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
@@ -377,14 +373,12 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
                                  static_cast<int>(smem)),
             "qsa_attend_chunk_kernel shared memory");
     dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_splits));
-    launch(stream_, qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
+    launch(stream_, "qsa_attend_chunk_kernel", qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
            a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(),
            l.f32(), o.f32());
-    check_launch("qsa_attend_chunk_kernel");
-    launch(stream_, qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
+    launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
            static_cast<unsigned>(std::min<int64_t>(256, (hd + 31) / 32 * 32)), 0, a.gate->f32(), m.f32(), l.f32(),
            o.f32(), hd, nh, nkv, n_splits, a.out->f32());
-    check_launch("qsa_attend_combine_kernel");
     return;
   }
   size_t smem = static_cast<size_t>(std::max<int64_t>(max_sel, 1)) * sizeof(float);
@@ -392,8 +386,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     check(cudaFuncSetAttribute(qsa_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "qsa_attend_kernel shared memory");
   dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nh));
-  launch(stream_, qsa_attend_kernel, grid, 128, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
-  check_launch("qsa_attend_kernel");
+  launch(stream_, "qsa_attend_kernel", qsa_attend_kernel, grid, 128, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
 }
 
 }  // namespace regolith::cuda

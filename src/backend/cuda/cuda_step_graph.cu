@@ -1,11 +1,12 @@
 #include "backend/cuda/cuda_step_graph.cuh"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
+#include <string_view>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_launch.cuh"
 
 namespace regolith::cuda {
 
@@ -14,56 +15,26 @@ namespace {
 constexpr size_t kMaxGraphs = 8;  // graphs kept per stream (decode, a pooling step, prefill chunks, ...)
 constexpr size_t kArgAlign = 16;
 
-std::mutex registry_mu;
-std::unordered_map<cudaStream_t, StepRecorder*>& registry() {
-  static std::unordered_map<cudaStream_t, StepRecorder*> map;
-  return map;
-}
-
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder* recorder_of(cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  auto it = registry().find(stream);
-  return it == registry().end() ? nullptr : it->second;
-}
-
-void record_kernel(StepRecorder& r, const void* func, dim3 grid, dim3 block, size_t smem, void** args,
-                   const size_t* arg_sizes, size_t n_args) {
-  r.kernel(func, grid, block, smem, args, arg_sizes, n_args);
-}
-
-void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what) {
-  if (bytes == 0) return;
-  if (StepRecorder* r = recorder_of(stream)) return r->memcpy(dst, src, bytes, kind);
-  check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
-}
-
-void memset_async(void* dst, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
-  if (StepRecorder* r = recorder_of(stream)) return r->memset(dst, bytes);
-  check(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
-}
-
 StepRecorder::StepRecorder(cudaStream_t stream) : stream_(stream) {}
 
 StepRecorder::~StepRecorder() {
-  set_recording(false);
+  const char* profile = std::getenv("REGOLITH_CUDA_PROFILE");
+  if (profile && std::string_view(profile) == "1" && built_ + reused_ > 0)
+    std::fprintf(stderr,
+                 "cuda step graphs: %lld built, %lld reused; %.1f nodes and %.1f parameter updates per submit, "
+                 "%.1f us of host time per submit\n",
+                 static_cast<long long>(built_), static_cast<long long>(reused_),
+                 static_cast<double>(nodes_) / static_cast<double>(built_ + reused_),
+                 static_cast<double>(updated_) / static_cast<double>(built_ + reused_),
+                 1e6 * submit_seconds_ / static_cast<double>(built_ + reused_));
   for (Graph& g : graphs_) {
     if (g.exec) cudaGraphExecDestroy(g.exec);
     if (g.graph) cudaGraphDestroy(g.graph);
   }
-}
-
-void StepRecorder::set_recording(bool on) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  if (on)
-    registry()[stream_] = this;
-  else
-    registry().erase(stream_);
-  recording_ = on;
 }
 
 void StepRecorder::kernel(const void* func, dim3 grid, dim3 block, size_t smem, void** args, const size_t* arg_sizes,
@@ -181,6 +152,7 @@ void StepRecorder::update(Graph& g) {
   for (size_t i = 0; i < pending_.size(); ++i) {
     const Node& n = pending_[i];
     if (same_params(g.nodes[i], g.args.data(), n, pending_args_.data())) continue;
+    ++updated_;
     switch (n.kind) {
       case Node::Kernel: {
         cudaKernelNodeParams p;
@@ -205,6 +177,8 @@ void StepRecorder::update(Graph& g) {
 
 void StepRecorder::submit() {
   if (pending_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  nodes_ += static_cast<int64_t>(pending_.size());
   auto it = graphs_.begin();
   while (it != graphs_.end() && !(it->shape == pending_shape_ && same_shape(it->nodes, pending_))) ++it;
   if (it != graphs_.end()) {
@@ -230,6 +204,7 @@ void StepRecorder::submit() {
   pending_args_.clear();
   pending_shape_ = 0;
   check(cudaGraphLaunch(graphs_.front().exec, stream_), "graph launch");
+  submit_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace regolith::cuda

@@ -1,5 +1,6 @@
 // Step graphs: the work queued on a stream between two host waits (for decode, one token's forward
-// pass, from one logits read to the next) is recorded instead of launched (cuda_launch.cuh), then
+// pass, from one logits read to the next) is recorded instead of launched (cuda_launch.cuh: the
+// recorder is attached to its stream with set_hooks), then
 // submitted as one CUDA graph. A graph is built and instantiated once per sequence of nodes (the
 // kernels, copies and fills in order); the next step with the same sequence reuses it, setting
 // new parameters only on the nodes whose arguments changed (the cache offsets of the position,
@@ -22,10 +23,6 @@ class StepRecorder {
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
 
-  // Attaches the recorder to its stream (work is recorded) or detaches it (work runs at once).
-  void set_recording(bool on);
-  bool recording() const { return recording_; }
-
   void kernel(const void* func, dim3 grid, dim3 block, size_t smem, void** args, const size_t* arg_sizes,
               size_t n_args);
   void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
@@ -34,9 +31,6 @@ class StepRecorder {
   // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded).
   void submit();
 
-  // Counters for the curious (bench notes): graphs built and steps that reused one.
-  int64_t built() const { return built_; }
-  int64_t reused() const { return reused_; }
 
  private:
   struct Node {
@@ -67,12 +61,14 @@ class StepRecorder {
   void kernel_params(const Node& n, const uint8_t* args, cudaKernelNodeParams& p, std::vector<void*>& ptrs) const;
 
   cudaStream_t stream_;
-  bool recording_ = false;
   std::vector<Node> pending_;
   std::vector<uint8_t> pending_args_;
   uint64_t pending_shape_ = 0;
   std::list<Graph> graphs_;  // most recently used first
-  int64_t built_ = 0, reused_ = 0;
+  // Printed on stderr at the end with REGOLITH_CUDA_PROFILE=1: graphs built, submits that reused
+  // one, nodes submitted and nodes whose parameters had to be set, host seconds in submit().
+  int64_t built_ = 0, reused_ = 0, nodes_ = 0, updated_ = 0;
+  double submit_seconds_ = 0;
 };
 
 }  // namespace regolith::cuda
