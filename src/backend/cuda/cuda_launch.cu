@@ -3,9 +3,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/cuda/cuda_profile.cuh"
-#include "backend/cuda/cuda_step_graph.cuh"
-
 namespace regolith::cuda {
 
 namespace {
@@ -30,18 +27,6 @@ void set_hooks(cudaStream_t stream, StreamHooks hooks) {
     hooks_table()[stream] = hooks;
   else
     hooks_table().erase(stream);
-}
-
-void record_kernel(StepRecorder& r, const void* func, dim3 grid, dim3 block, size_t smem, void** args,
-                   const size_t* arg_sizes, size_t n_args) {
-  r.kernel(func, grid, block, smem, args, arg_sizes, n_args);
-}
-
-void profile_kernel(OpProfiler& p, const char* name, bool start, cudaStream_t stream) {
-  if (start)
-    p.kernel_begin(name, stream);
-  else
-    p.kernel_end(stream);
 }
 
 void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what) {

@@ -13,11 +13,10 @@
 #include <utility>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_profile.cuh"
+#include "backend/cuda/cuda_step_graph.cuh"
 
 namespace regolith::cuda {
-
-class StepRecorder;
-class OpProfiler;
 
 // What a stream is attached to (cuda_launch.cu keeps the table); both null: nothing.
 struct StreamHooks {
@@ -27,9 +26,6 @@ struct StreamHooks {
 StreamHooks hooks_of(cudaStream_t stream);
 void set_hooks(cudaStream_t stream, StreamHooks hooks);
 
-void record_kernel(StepRecorder& r, const void* func, dim3 grid, dim3 block, size_t smem, void** args,
-                   const size_t* arg_sizes, size_t n_args);
-void profile_kernel(OpProfiler& p, const char* name, bool start, cudaStream_t stream);
 
 // Stream-ordered copy and fill that a recording stream keeps as graph nodes.
 void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what);
@@ -44,13 +40,12 @@ void launch_tuple(cudaStream_t stream, const char* name, void (*kernel)(P...), d
   constexpr size_t sizes[sizeof...(P) + 1] = {sizeof(std::tuple_element_t<I, Tuple>)...};
   const StreamHooks hooks = hooks_of(stream);
   if (hooks.recorder) {
-    record_kernel(*hooks.recorder, reinterpret_cast<const void*>(kernel), grid, block, smem, args, sizes,
-                  sizeof...(P));
+    hooks.recorder->kernel(reinterpret_cast<const void*>(kernel), grid, block, smem, args, sizes, sizeof...(P));
     return;
   }
-  if (hooks.profiler) profile_kernel(*hooks.profiler, name, true, stream);
+  if (hooks.profiler) hooks.profiler->kernel_begin(name, stream);
   check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, smem, stream), name);
-  if (hooks.profiler) profile_kernel(*hooks.profiler, name, false, stream);
+  if (hooks.profiler) hooks.profiler->kernel_end(stream);
 }
 
 }  // namespace detail

@@ -106,7 +106,7 @@ CudaBackend::CudaBackend()
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   if (env_is_1("REGOLITH_CUDA_GRAPHS")) {
-    recorder_ = std::make_unique<StepRecorder>(stream_);
+    recorder_ = std::make_unique<StepRecorder>(stream_, env_is_1("REGOLITH_CUDA_PROFILE"));
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");

@@ -2,9 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -19,11 +17,10 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder::StepRecorder(cudaStream_t stream) : stream_(stream) {}
+StepRecorder::StepRecorder(cudaStream_t stream, bool report) : stream_(stream), report_(report) {}
 
 StepRecorder::~StepRecorder() {
-  const char* profile = std::getenv("REGOLITH_CUDA_PROFILE");
-  if (profile && std::string_view(profile) == "1" && built_ + reused_ > 0)
+  if (report_ && built_ + reused_ > 0)
     std::fprintf(stderr,
                  "cuda step graphs: %lld built, %lld reused; %.1f nodes and %.1f parameter updates per submit, "
                  "%.1f us of host time per submit\n",

@@ -18,7 +18,8 @@ namespace regolith::cuda {
 
 class StepRecorder {
  public:
-  explicit StepRecorder(cudaStream_t stream);
+  // report: print the counters below on stderr when destroyed (REGOLITH_CUDA_PROFILE=1).
+  StepRecorder(cudaStream_t stream, bool report);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -65,8 +66,9 @@ class StepRecorder {
   std::vector<uint8_t> pending_args_;
   uint64_t pending_shape_ = 0;
   std::list<Graph> graphs_;  // most recently used first
-  // Printed on stderr at the end with REGOLITH_CUDA_PROFILE=1: graphs built, submits that reused
-  // one, nodes submitted and nodes whose parameters had to be set, host seconds in submit().
+  bool report_;
+  // Graphs built, submits that reused one, nodes submitted and nodes whose parameters had to be
+  // set, host seconds in submit().
   int64_t built_ = 0, reused_ = 0, nodes_ = 0, updated_ = 0;
   double submit_seconds_ = 0;
 };
