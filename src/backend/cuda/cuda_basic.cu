@@ -10,11 +10,13 @@ namespace regolith::cuda {
 namespace {
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
 }
 
 __global__ void repeat_streams_kernel(const float* x, int64_t H, int64_t S, int64_t T, float* out) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= H * S * T) return;
   int64_t d = i % H, t = i / (H * S);
@@ -25,6 +27,7 @@ __global__ void repeat_streams_kernel(const float* x, int64_t H, int64_t S, int6
 // position (w_len == row length n).
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t group, int64_t n, int64_t w_len, float eps,
                                 float* out) {
+  grid_dependency_wait();
   int64_t gi = blockIdx.x;
   const float* xr = x + gi * group;
   double ss = 0;
@@ -38,6 +41,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t group, i
 
 __global__ void rope_kernel(float* x, const int64_t* positions, const float* inv_freq, int64_t hd, int64_t nh,
                             int64_t T, int64_t half) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= half * nh * T) return;
   int64_t pair = i % half, row = i / half, t = row / nh;
@@ -45,11 +49,13 @@ __global__ void rope_kernel(float* x, const int64_t* positions, const float* inv
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = static_cast<float>(silu_d(g[i]) * u[i]);
 }
 
 __global__ void add_sigmoid_gated_kernel(float* acc, const float* x, const float* s, int64_t n, int64_t T) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * T) return;
   double gate = sigmoid_d(s[i / n]);
@@ -64,6 +70,7 @@ __device__ __forceinline__ float conv_seq(const float* hist, const float* x, int
 
 __global__ void causal_conv_kernel(const float* x, const float* hist, const float* w, int64_t C, int64_t T,
                                    int64_t K, int64_t dil, float* out) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= C * T) return;
   int64_t c = i % C, t = i / C, L = (K - 1) * dil;
@@ -76,6 +83,7 @@ __global__ void causal_conv_kernel(const float* x, const float* hist, const floa
 // The last L rows of [history | x] into next_hist.
 __global__ void conv_history_kernel(const float* x, const float* hist, int64_t C, int64_t T, int64_t L,
                                     float* next_hist) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= C * L) return;
   int64_t c = i % C, r = i / C;
@@ -86,6 +94,7 @@ __global__ void conv_history_kernel(const float* x, const float* hist, int64_t C
 // history forward, so the history is updated in the same launch.
 __global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
                                         int64_t dil, float* out) {
+  grid_dependency_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int64_t L = (K - 1) * dil;

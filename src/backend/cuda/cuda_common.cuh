@@ -18,6 +18,16 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("cuda: ", what, ": ", cudaGetErrorString(e));
 }
 
+// The first statement of every kernel: with programmatic dependent launch (cuda_launch.cuh) it
+// waits until the previous kernel of the stream has completed and its writes are visible, then
+// lets the next kernel be scheduled; without it both are no-ops.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }

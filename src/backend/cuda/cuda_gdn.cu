@@ -20,6 +20,7 @@ constexpr int kThreads = 256;
 
 __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, const float* A, const float* dt, int64_t nv,
                                  int64_t T, float* g, float* beta) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= nv * T) return;
   int64_t h = i % nv;
@@ -40,6 +41,7 @@ template <int kRows>
 __global__ void __launch_bounds__(kStepWarps * 32)
     gdn_scan_kernel(const float* qkv, const float* g, const float* beta, float* state, float* out, int64_t T,
                     int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
+  grid_dependency_wait();
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
   __shared__ double part[kStepWarps][32];
   __shared__ double norm_scale[2];
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
 
 __global__ void gated_rms_norm_kernel(const float* x, const float* z, const float* w, int64_t dv, float eps,
                                       float* out) {
+  grid_dependency_wait();
   int64_t gi = blockIdx.x;
   const float* xr = x + gi * dv;
   double ss = 0;
@@ -182,6 +185,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     gdn_chunk_prep_kernel(const float* __restrict__ qkv, const float* __restrict__ g, const float* __restrict__ beta,
                           int64_t T, int64_t first_chunk, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
                           ChunkTerms terms) {
+  grid_dependency_wait();
   extern __shared__ double shared_d[];
   const int64_t h = blockIdx.y, kh = h % nk, t0 = (first_chunk + blockIdx.x) * kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * nv + h, C = 2 * nk * dk + nv * dv;
@@ -321,6 +325,7 @@ __device__ __forceinline__ void panel_times_state(const float* X, int64_t ldk, c
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_state_pass_kernel(ChunkTerms terms, int64_t T, int64_t first_chunk, int64_t n_chunks, int64_t nv, int64_t dk,
                           int64_t dv, float* __restrict__ state, float* __restrict__ out) {
+  grid_dependency_wait();
   extern __shared__ float shared_f[];
   const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kPassCols, ldk = dk + 1;
   const int nj = static_cast<int>(dv - j0 < kPassCols ? dv - j0 : kPassCols);

@@ -13,12 +13,14 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void scaled_silu_kernel(float* v, int64_t n, double inv_s) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) v[i] = static_cast<float>(silu_d(v[i] * inv_s));
 }
 
 // x[d, t] = (1/S) Σ_s sigmoid(m[s·H + d, t]) · n[s·H + d, t]
 __global__ void hc_mix_kernel(const float* m, const float* nrm, int64_t H, int64_t S, int64_t T, float* x) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= H * T) return;
   int64_t d = i % H, t = i / H, W = H * S;
@@ -28,11 +30,13 @@ __global__ void hc_mix_kernel(const float* m, const float* nrm, int64_t H, int64
 }
 
 __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) v[i] = static_cast<float>(2.0 * sigmoid_d(v[i] * inv_s));
 }
 
 __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64_t H, int64_t S, int64_t T) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t W = H * S;
   if (i >= W * T) return;
@@ -48,6 +52,7 @@ __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __re
                                                              int64_t W, int64_t r, int64_t S,
                                                              const float* __restrict__ n, float* __restrict__ lo,
                                                              float* __restrict__ inject_w) {
+  grid_dependency_wait();
   constexpr int R = 2;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * R, n_rows = r + (inject ? S : 0);
   const uint8_t* rows[R];
@@ -77,6 +82,7 @@ template <typename U>
 __global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restrict__ up, uint64_t pitch, int64_t r,
                                                         int64_t H, const float* __restrict__ lo,
                                                         const float* __restrict__ n, float* __restrict__ x) {
+  grid_dependency_wait();
   constexpr int S = 4;
   const int64_t d = blockIdx.x;
   const uint8_t* rows[S];
@@ -96,6 +102,7 @@ __global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restric
 // One block per (token, stream).
 __global__ void ple_gate_kernel(const float* key, const float* qry, const float* val, int64_t H, int64_t S,
                                 float* out) {
+  grid_dependency_wait();
   int64_t t = blockIdx.x, s = blockIdx.y, W = H * S;
   const float* k = key + t * W + s * H;
   const float* q = qry + t * W + s * H;

@@ -23,7 +23,7 @@ StreamHooks hooks_of(cudaStream_t stream) {
 
 void set_hooks(cudaStream_t stream, StreamHooks hooks) {
   std::lock_guard<std::mutex> lock(hooks_mu);
-  if (hooks.recorder || hooks.profiler)
+  if (hooks.recorder || hooks.profiler || hooks.programmatic)
     hooks_table()[stream] = hooks;
   else
     hooks_table().erase(stream);

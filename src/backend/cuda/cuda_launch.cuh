@@ -3,6 +3,9 @@
 // list to replay as one CUDA graph instead of sending it to the driver; an OpProfiler
 // (cuda_profile.cuh) brackets every kernel with events. Unattached, launch() is cudaLaunchKernel
 // with the arguments converted to the kernel's parameter types, and an error names the kernel.
+// A stream may also launch with programmatic dependent launch (sm_90+): each kernel may be
+// scheduled while its predecessor still runs, and every kernel starts with grid_dependency_wait()
+// (cuda_common.cuh), so none touches memory before its predecessor is complete.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +21,11 @@
 
 namespace regolith::cuda {
 
-// What a stream is attached to (cuda_launch.cu keeps the table); both null: nothing.
+// What a stream is attached to and how it launches (cuda_launch.cu keeps the table).
 struct StreamHooks {
   StepRecorder* recorder = nullptr;
   OpProfiler* profiler = nullptr;
+  bool programmatic = false;  // launch with cudaLaunchAttributeProgrammaticStreamSerialization
 };
 StreamHooks hooks_of(cudaStream_t stream);
 void set_hooks(cudaStream_t stream, StreamHooks hooks);
@@ -44,7 +48,15 @@ void launch_tuple(cudaStream_t stream, const char* name, void (*kernel)(P...), d
     return;
   }
   if (hooks.profiler) hooks.profiler->kernel_begin(name, stream);
-  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, smem, stream), name);
+  if (hooks.programmatic) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{grid, block, smem, stream, &attribute, 1};
+    check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args), name);
+  } else {
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, smem, stream), name);
+  }
   if (hooks.profiler) hooks.profiler->kernel_end(stream);
 }
 

@@ -19,6 +19,7 @@ constexpr int kMatvecWarps = 4;
 template <typename D, int TB>
 __global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
                               const float* __restrict__ x, int T, float* __restrict__ out) {
+  grid_dependency_wait();
   int64_t n = static_cast<int64_t>(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (n >= N) return;
@@ -70,6 +71,7 @@ struct GemvBatch {
 // Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens.
 template <typename U, int R, int TB>
 __global__ void __launch_bounds__(128) gemv_kernel(const GemvBatch b, int64_t K, const float* __restrict__ x, int T) {
+  grid_dependency_wait();
   int s = 0;
   while (s + 1 < b.n_segments && blockIdx.x >= b.first_block[s + 1]) ++s;
   const int64_t N = b.n_rows[s], n0 = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * R;
@@ -124,6 +126,7 @@ template <typename D>
 __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
     gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N, const float* __restrict__ x,
                 int64_t T, bool x_vec4, float* __restrict__ out) {
+  grid_dependency_wait();
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols;
   gemm_tile<D>(
       W, row_bytes, K, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, T - t0 < kGemmCols ? T - t0 : kGemmCols, x,

@@ -112,7 +112,12 @@ CudaBackend::CudaBackend()
       check(cudaStreamSynchronize(stream_), "release of cached buffers");
     };
   }
-  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr});
+  // Programmatic dependent launch unless REGOLITH_CUDA_PDL=0; step graphs are built without it.
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
+  const char* pdl = std::getenv("REGOLITH_CUDA_PDL");
+  const bool programmatic = major >= 9 && !recorder_ && !(pdl && std::string_view(pdl) == "0");
+  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr, programmatic});
 }
 
 CudaBackend::~CudaBackend() {

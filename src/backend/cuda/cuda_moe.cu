@@ -22,6 +22,7 @@ constexpr int kWarps = 4;
 // One warp per token, lanes over experts: top k by logit (softmax is monotone), equal logits to
 // the lower id; softmax sums in FP64.
 __global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int64_t k, int32_t* ids, float* weights) {
+  grid_dependency_wait();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;
@@ -66,6 +67,7 @@ template <typename D>
 __global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
                                      int64_t E, const int32_t* ids, int64_t k, const float* __restrict__ x,
                                      bool x_per_pair, float* __restrict__ out) {
+  grid_dependency_wait();
   const int64_t pair = blockIdx.x, n = static_cast<int64_t>(blockIdx.y) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= N) return;
@@ -95,6 +97,7 @@ __global__ void __launch_bounds__(128)
     expert_gate_up_kernel(const uint8_t* __restrict__ G, const uint8_t* __restrict__ Up, uint64_t pitch, int64_t K,
                           int64_t F, int64_t E, const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
                           float* __restrict__ h) {
+  grid_dependency_wait();
   const int64_t pair = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, e = ids[pair];
   const bool valid = e >= 0 && e < E;
   const uint8_t* rows[2 * R];
@@ -124,6 +127,7 @@ __global__ void __launch_bounds__(128)
     expert_down_kernel(const uint8_t* __restrict__ D, uint64_t pitch, int64_t F, int64_t H, int64_t E,
                        const int32_t* __restrict__ ids, const float* __restrict__ weights, int64_t k,
                        const float* __restrict__ h, float* __restrict__ out) {
+  grid_dependency_wait();
   const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, n_units = F / kUnit;
   float acc[R] = {};
   for (int64_t item = threadIdx.x; item < k * n_units; item += blockDim.x) {
@@ -158,6 +162,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
                        const ExpertTile* __restrict__ tiles, const int32_t* __restrict__ n_tiles,
                        const int32_t* __restrict__ list, int64_t k, const float* __restrict__ x, bool x_per_pair,
                        bool x_vec4, float* __restrict__ out) {
+  grid_dependency_wait();
   if (static_cast<int32_t>(blockIdx.x) >= *n_tiles) return;
   const ExpertTile tile = tiles[blockIdx.x];
   const int32_t* pairs = list + tile.first;
@@ -174,6 +179,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
 __global__ void group_pairs_kernel(const int32_t* __restrict__ ids, int64_t pairs, int64_t E,
                                    int32_t* __restrict__ list, ExpertTile* __restrict__ tiles,
                                    int32_t* __restrict__ n_tiles, float* __restrict__ dn, int64_t H) {
+  grid_dependency_wait();
   extern __shared__ int32_t shared[];
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int32_t* count = shared;               // [n_warps][E]
@@ -254,6 +260,7 @@ ExpertGroups group_pairs(CudaBackend& be, const int32_t* ids, int64_t pairs, int
 }
 
 __global__ void moe_combine_kernel(const float* down, const float* weights, int64_t H, int64_t k, int64_t T, float* y) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= H * T) return;
   int64_t d = i % H, t = i / H;

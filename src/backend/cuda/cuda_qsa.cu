@@ -17,6 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
+  grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int64_t r = i / hd, c = i % hd;
@@ -27,6 +28,7 @@ __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int6
 // One block per pooled block: mean of its raw keys, RMSNorm, RoPE at the block's first position.
 __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* inv_freq, int64_t d, int64_t ratio,
                                 int64_t block_begin, int64_t half, float eps, float* pooled) {
+  grid_dependency_wait();
   extern __shared__ float mean[];
   int64_t b = block_begin + blockIdx.x;
   double ss = 0;
@@ -48,6 +50,7 @@ __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* i
 // scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d), FP64 in the reference's summation order.
 __global__ void qsa_score_kernel(const float* iq, const float* pooled, const int64_t* positions, int64_t d, int64_t nh,
                                  int64_t ratio, int64_t nb_max, double* scores) {
+  grid_dependency_wait();
   int64_t b = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x, t = blockIdx.x;
   int64_t nb = (positions[t] + 1) / ratio;
   if (b >= nb) return;
@@ -72,6 +75,7 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scores, const int64_t* positions,
                                                               int64_t ratio, int64_t top_blocks, int64_t nb_max,
                                                               int64_t max_sel, int32_t* sel, int32_t* n_sel) {
+  grid_dependency_wait();
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ unsigned hist[256];
@@ -149,6 +153,7 @@ __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scor
 __global__ void qsa_attend_kernel(const float* q, const float* gate, const float* kc, const float* vc,
                                   const int32_t* sel, const int32_t* n_sel, int64_t hd, int64_t nh, int64_t nkv,
                                   int64_t cap, int64_t max_sel, float scale, float* out) {
+  grid_dependency_wait();
   extern __shared__ float p[];  // [max_sel] scores, then probabilities
   const int64_t t = blockIdx.x, h = blockIdx.y, g = h / (nh / nkv);
   const int64_t n = n_sel[t];
@@ -202,6 +207,7 @@ __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
                             int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t chunk,
                             int64_t n_splits, float scale, float* part_m, float* part_l, float* part_o) {
+  grid_dependency_wait();
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, G = nh / nkv;
   float* qs = smem;                      // [G][hd]
@@ -291,6 +297,7 @@ __global__ void __launch_bounds__(kAttendThreads)
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
                                           const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
                                           float* out) {
+  grid_dependency_wait();
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
   const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
   float M = -INFINITY;
