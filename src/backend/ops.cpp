@@ -184,6 +184,20 @@ void check_moe_experts(const MoeExpertsArgs& a) {
   expect_shape(*a.out, {H, T, 1, 1}, "moe_experts", "out");
 }
 
+void check_moe_ffn(const MoeFfnArgs& a) {
+  const Weight &wg = *a.gate_exps, &sg = *a.shared_gate, &su = *a.shared_up, &sd = *a.shared_down;
+  int64_t H = wg.ne[0], E = wg.ne[2], T = a.x->ne(1), Fs = sg.ne[1];
+  if (a.router->ne[0] != H || a.router->ne[1] != E)
+    fail("moe_ffn: ", a.router->name, " does not map ", H, " values to ", E, " experts");
+  if (sg.ne[0] != H || su.ne != sg.ne || sd.ne[0] != Fs || sd.ne[1] != H || a.shared_gate_inp->ne[0] != H ||
+      a.shared_gate_inp->ne[1] != 1)
+    fail("moe_ffn: ", sg.name, ", ", su.name, ", ", sd.name, ", ", a.shared_gate_inp->name, " do not fit together");
+  if (a.k <= 0 || a.k > E) fail("moe_ffn: top ", a.k, " of ", E, " experts");
+  expect_shape(*a.x, {H, T, 1, 1}, "moe_ffn", "x");
+  expect_shape(*a.logits, {E, T, 1, 1}, "moe_ffn", "logits");
+  expect_shape(*a.out, {H, T, 1, 1}, "moe_ffn", "out");
+}
+
 void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out) {
   int64_t W = key.ne(0), T = key.ne(1), H = val.ne(0);
   if (H * n_streams != W) fail("ple_gate: ", n_streams, " streams of ", H, " do not make ", W);
@@ -209,6 +223,23 @@ std::vector<int32_t> Backend::read_i32(const Tensor& t) {
 void Backend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
   if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
   for (size_t i = 0; i < ws.size(); ++i) mul_mat(*ws[i], x, *outs[i]);
+}
+
+void Backend::moe_ffn(const MoeFfnArgs& a) {
+  check_moe_ffn(a);
+  const int64_t T = a.x->ne(1), Fs = a.shared_gate->ne[1];
+  Tensor sg = output_f32(Fs, T), su = output_f32(Fs, T), s = output_f32(1, T);
+  const std::array<const Weight*, 4> ws{a.router, a.shared_gate, a.shared_up, a.shared_gate_inp};
+  const std::array<Tensor*, 4> outs{a.logits, &sg, &su, &s};
+  mul_mat_shared_input(ws, *a.x, outs);
+  Tensor ids = alloc_output(DType::I32, {a.k, T, 1, 1}), weights = output_f32(a.k, T);
+  moe_route(*a.logits, a.k, ids, weights);
+  moe_experts({.x = a.x, .gate_exps = a.gate_exps, .up_exps = a.up_exps, .down_exps = a.down_exps, .ids = &ids,
+               .weights = &weights, .out = a.out});
+  Tensor h = output_f32(Fs, T), shared = output_f32(a.out->ne(0), T);
+  swiglu(sg, su, h);
+  mul_mat(*a.shared_down, h, shared);
+  add_sigmoid_gated(*a.out, shared, s);
 }
 
 void Backend::gdn_scan(const GdnScanArgs& a) {

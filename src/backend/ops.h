@@ -140,6 +140,24 @@ struct MoeExpertsArgs {
   Tensor* out = nullptr;            // [H, T]
 };
 
+// A whole MoE block (model-spec §4.6): router logits, top-k routing, the routed experts and the
+// shared expert gated per token:
+//   out = moe_experts(x) + sigmoid(shared_gate_inp·x)·shared_down(silu(shared_gate·x) ⊙ shared_up·x).
+struct MoeFfnArgs {
+  const Tensor* x = nullptr;                // [H, T]
+  const Weight* router = nullptr;           // {H, E}
+  const Weight* gate_exps = nullptr;        // {H, F, E}
+  const Weight* up_exps = nullptr;          // {H, F, E}
+  const Weight* down_exps = nullptr;        // {F, H, E}
+  const Weight* shared_gate = nullptr;      // {H, Fs}
+  const Weight* shared_up = nullptr;        // {H, Fs}
+  const Weight* shared_down = nullptr;      // {Fs, H}
+  const Weight* shared_gate_inp = nullptr;  // {H, 1}
+  int64_t k = 0;                            // experts per token
+  Tensor* logits = nullptr;                 // [E, T] out: the router's logits
+  Tensor* out = nullptr;                    // [H, T]
+};
+
 // Argument checks every backend's ops share: throw Error naming the op, the argument, what it
 // is and what was expected.
 void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what);
@@ -168,6 +186,7 @@ void check_qsa_select(const QsaSelectArgs& a);  // also each row's block count a
 void check_qsa_attend(const QsaAttendArgs& a);
 void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const Tensor& weights);
 void check_moe_experts(const MoeExpertsArgs& a);
+void check_moe_ffn(const MoeFfnArgs& a);
 void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out);
 
 class Backend {
@@ -251,6 +270,8 @@ class Backend {
   // Softmax over logits [E, T] (FP32), top k (ties: lower expert id), renormalised to sum 1.
   virtual void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) = 0;
   virtual void moe_experts(const MoeExpertsArgs& a) = 0;
+  // What model code calls. The default runs the ops above one after another; a backend may fuse.
+  virtual void moe_ffn(const MoeFfnArgs& a);
 
   // ---- PLE ----
   // out[s·H + d, t] = sigmoid(ssqrt(key_s·qry_s / sqrt(H)))·val[d, t], ssqrt(x) = sign(x)·sqrt(max(|x|, 1e-6)).

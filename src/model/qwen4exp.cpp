@@ -212,19 +212,12 @@ class Forward {
   }
 
   Tensor moe(int64_t il, const MoeWeights& w, const Tensor& m) {
-    int64_t H = hp_.n_embd, k = hp_.n_expert_used;
-    auto [router, shared_g, shared_u, shared_s] =
-        mul_mats<4>({&w.router, &w.shared_gate, &w.shared_up, &w.shared_gate_inp}, m);
+    Tensor router = f32(hp_.n_expert, T_), y = f32(hp_.n_embd, T_);
+    be_.moe_ffn({.x = &m, .router = &w.router, .gate_exps = &w.gate_exps, .up_exps = &w.up_exps,
+                 .down_exps = &w.down_exps, .shared_gate = &w.shared_gate, .shared_up = &w.shared_up,
+                 .shared_down = &w.shared_down, .shared_gate_inp = &w.shared_gate_inp, .k = hp_.n_expert_used,
+                 .logits = &router, .out = &y});
     trace("moe.router", il, router);
-    Tensor ids = be_.alloc_output(DType::I32, {k, T_, 1, 1}), weights = f32(k, T_);
-    be_.moe_route(router, k, ids, weights);
-    Tensor y = f32(H, T_);
-    be_.moe_experts({.x = &m, .gate_exps = &w.gate_exps, .up_exps = &w.up_exps, .down_exps = &w.down_exps,
-                     .ids = &ids, .weights = &weights, .out = &y});
-    trace("moe.routed", il, y);
-    Tensor sh = f32(hp_.n_ff_shexp, T_);
-    be_.swiglu(shared_g, shared_u, sh);
-    be_.add_sigmoid_gated(y, mul_mat(w.shared_down, sh), shared_s);
     trace("moe.out", il, y);
     return y;
   }

@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
 
   void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) override;
   void moe_experts(const MoeExpertsArgs& a) override;
+  void moe_ffn(const MoeFfnArgs& a) override;
 
   void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) override;
 

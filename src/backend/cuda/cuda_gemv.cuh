@@ -150,6 +150,20 @@ void dispatch_unit(GgmlType type, Fn&& fn) {
   }
 }
 
+// Calls fn(Unit<type>{}) in device code, for a type chosen at run time (has_unit_loader true);
+// a branch per call, uniform where the callers' threads share a type.
+template <typename Fn>
+__device__ __forceinline__ void with_unit(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::F32: fn(Unit<GgmlType::F32>{}); return;
+    case GgmlType::F16: fn(Unit<GgmlType::F16>{}); return;
+    case GgmlType::BF16: fn(Unit<GgmlType::BF16>{}); return;
+    case GgmlType::Q8_0: fn(Unit<GgmlType::Q8_0>{}); return;
+    case GgmlType::Q4_K: fn(Unit<GgmlType::Q4_K>{}); return;
+    default: return;
+  }
+}
+
 // acc[r][t] += this thread's share of rows[r]·x_t (x_t = x + t·ldx, t < T <= TB): units u = first,
 // first + stride, ... of K/16.
 template <typename U, int R, int TB>

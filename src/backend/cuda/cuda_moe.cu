@@ -1,11 +1,13 @@
 // CUDA MoE (model-spec §4.6): softmax router with renormalised top-k, and the routed SwiGLU experts:
 // gate and up, SwiGLU, down, then the weighted sum over the k slots in slot order. A few tokens:
 // two fused kernels over the unit loaders of cuda_gemv.cuh (gate + up + SwiGLU, then down + the
-// weighted sum), or, for types without one, expert-indexed matvecs, each (token, slot) pair
-// reading its expert's rows once. More: the pairs
+// weighted sum), which in moe_ffn also carry the shared expert as one more slot per token, or,
+// for types without a unit loader, expert-indexed matvecs, each (token, slot) pair reading its
+// expert's rows once. More: the pairs
 // are grouped by expert on the device and each expert runs the prefill tile (cuda_gemm.cuh) over
 // its own pairs, so an expert's weights are read once per 64 of its tokens.
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
@@ -89,26 +91,48 @@ __global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row
   if (lane == 0) out[pair * N + n] = acc;
 }
 
-// Decode, fused: h[pair][n] = silu(gate_e[n]·x) · up_e[n]·x for rows n0 .. n0+R-1 (n0 =
-// R·blockIdx.x) of pair blockIdx.y (e = ids[pair], x its token's input); the gate and up rows
-// share each thread's activations. A pair with an invalid id gets zeros.
-template <typename U, int R>
+// The matrices of the decode kernels: the routed experts' (stacked, expert e's rows after e·rows
+// rows) and, when shared.type_ok, the shared expert's, which rides along as slot k of every token
+// (slots per token k + 1). Each has its own type, read through with_unit.
+struct SlotMatrix {
+  const uint8_t* data = nullptr;
+  uint64_t pitch = 0;
+  GgmlType type = GgmlType::F32;
+};
+struct SlotMatrices {
+  SlotMatrix routed, shared;  // shared.data null: routed slots only
+};
+
+// Row `row` of slot j of token t, or null for a routed slot with an invalid expert id.
+__device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_t j, int64_t k, int64_t e, int64_t E,
+                                                   int64_t rows, int64_t row) {
+  if (j == k) return m.shared.data + row * m.shared.pitch;
+  return e >= 0 && e < E ? m.routed.data + (e * rows + row) * m.routed.pitch : nullptr;
+}
+
+// Decode, fused: h[pair][n] = silu(gate[n]·x) · up[n]·x for rows n0 .. n0+R-1 (n0 = R·blockIdx.x)
+// of pair blockIdx.y = t·slots + j (slot j of token t; x its input); the gate and up rows share
+// each thread's activations. A routed slot with an invalid id gets zeros.
+template <int R>
 __global__ void __launch_bounds__(128)
-    expert_gate_up_kernel(const uint8_t* __restrict__ G, const uint8_t* __restrict__ Up, uint64_t pitch, int64_t K,
-                          int64_t F, int64_t E, const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
+    expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E,
+                          const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
                           float* __restrict__ h) {
   grid_dependency_wait();
-  const int64_t pair = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, e = ids[pair];
-  const bool valid = e >= 0 && e < E;
+  const int64_t slots = k + (gate.shared.data ? 1 : 0), pair = blockIdx.y, t = pair / slots, j = pair % slots;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R, e = j < k ? ids[t * k + j] : -1;
+  const bool valid = j == k || (e >= 0 && e < E);
   const uint8_t* rows[2 * R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const bool in = valid && n0 + r < F;
-    rows[r] = in ? G + (e * F + n0 + r) * pitch : nullptr;
-    rows[R + r] = in ? Up + (e * F + n0 + r) * pitch : nullptr;
+    rows[r] = in ? slot_row(gate, j, k, e, E, F, n0 + r) : nullptr;
+    rows[R + r] = in ? slot_row(up, j, k, e, E, F, n0 + r) : nullptr;
   }
   float acc[2 * R][1] = {};
-  gemv_accumulate<U, 2 * R, 1>(rows, K, x + (pair / k) * K, K, 1, threadIdx.x, blockDim.x, acc);
+  with_unit(j == k ? gate.shared.type : gate.routed.type, [&](auto unit) {
+    gemv_accumulate<decltype(unit), 2 * R, 1>(rows, K, x + t * K, K, 1, threadIdx.x, blockDim.x, acc);
+  });
   float sums[2 * R];
 #pragma unroll
   for (int r = 0; r < 2 * R; ++r) sums[r] = acc[r][0];
@@ -119,26 +143,30 @@ __global__ void __launch_bounds__(128)
     if (n0 + r < F) h[pair * F + n0 + r] = valid ? static_cast<float>(silu_d(sums[r]) * sums[R + r]) : 0.0f;
 }
 
-// Decode, fused: out[t][n] = Σ_j w[t,j] · down_e[n]·h[t·k + j] (e = ids[t·k + j]) for rows n0 ..
-// n0+R-1 of token blockIdx.y. The (slot, unit) items are spread over the threads; each item's
-// partial products are scaled by its slot's weight before the block sums them.
-template <typename U, int R>
+// Decode, fused: out[t][n] = Σ_j w[t,j] · down_j[n]·h[t·slots + j] for rows n0 .. n0+R-1 of token
+// blockIdx.y, w the routing weights and, for the shared slot, sigmoid(shared_logit[t]). The
+// (slot, unit) items are spread over the threads; each item's partial products are scaled by its
+// slot's weight before the block sums them.
+template <int R>
 __global__ void __launch_bounds__(128)
-    expert_down_kernel(const uint8_t* __restrict__ D, uint64_t pitch, int64_t F, int64_t H, int64_t E,
-                       const int32_t* __restrict__ ids, const float* __restrict__ weights, int64_t k,
+    expert_down_kernel(SlotMatrices down, int64_t F, int64_t H, int64_t E, const int32_t* __restrict__ ids,
+                       const float* __restrict__ weights, int64_t k, const float* __restrict__ shared_logit,
                        const float* __restrict__ h, float* __restrict__ out) {
   grid_dependency_wait();
   const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, n_units = F / kUnit;
+  const int64_t slots = k + (down.shared.data ? 1 : 0);
   float acc[R] = {};
-  for (int64_t item = threadIdx.x; item < k * n_units; item += blockDim.x) {
-    const int64_t j = item / n_units, u = item % n_units, pair = t * k + j, e = ids[pair];
-    if (e < 0 || e >= E) continue;
+  for (int64_t item = threadIdx.x; item < slots * n_units; item += blockDim.x) {
+    const int64_t j = item / n_units, u = item % n_units, e = j < k ? ids[t * k + j] : -1;
+    if (j < k && (e < 0 || e >= E)) continue;
     const uint8_t* rows[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) rows[r] = n0 + r < H ? D + (e * H + n0 + r) * pitch : nullptr;
+    for (int r = 0; r < R; ++r) rows[r] = n0 + r < H ? slot_row(down, j, k, e, E, H, n0 + r) : nullptr;
     float part[R][1] = {};
-    gemv_accumulate<U, R, 1>(rows, F, h + pair * F, F, 1, u, n_units, part);
-    const float wj = weights[pair];
+    with_unit(j == k ? down.shared.type : down.routed.type, [&](auto unit) {
+      gemv_accumulate<decltype(unit), R, 1>(rows, F, h + (t * slots + j) * F, F, 1, u, n_units, part);
+    });
+    const float wj = j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = fmaf(wj, part[r][0], acc[r]);
   }
@@ -269,6 +297,28 @@ __global__ void moe_combine_kernel(const float* down, const float* weights, int6
   y[i] = static_cast<float>(acc);
 }
 
+SlotMatrix slot_matrix(const DeviceMatrix* m) { return m ? SlotMatrix{m->data, m->row_bytes, m->type} : SlotMatrix{}; }
+
+// Whether the fused decode kernels can read these matrices: gate and up alike (they share a
+// thread's activations), every type with a unit loader for its row length.
+bool fits_decode_kernels(const DeviceMatrix& g, const DeviceMatrix& u, const DeviceMatrix& d, int64_t H, int64_t F) {
+  return g.type == u.type && g.row_bytes == u.row_bytes && has_unit_loader(g.type, H) && has_unit_loader(d.type, F);
+}
+
+// The two fused decode kernels over T tokens: routed slots from ids/weights and, when sg is not
+// null, the shared expert (sg, su, sd) as one more slot gated by sigmoid(shared_logit).
+void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix& mu, const DeviceMatrix& md,
+                const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
+                int64_t E, int64_t T, const int32_t* ids, const float* weights, int64_t k, const float* shared_logit,
+                const float* x, float* h, float* out) {
+  constexpr int R = 4;
+  const int64_t slots = k + (sg ? 1 : 0);
+  const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
+      down{slot_matrix(&md), slot_matrix(sd)};
+  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel<R>, dim3(blocks_for(F, R), static_cast<unsigned>(T * slots)), gemv_threads(H / kUnit), 0, gate, up, H, F, E, ids, k, x, h);
+  launch(stream, "expert_down_kernel", expert_down_kernel<R>, dim3(blocks_for(H, R), static_cast<unsigned>(T)), gemv_threads(slots * (F / kUnit)), 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
+}
+
 void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* ids, int64_t k, int64_t pairs,
                    const float* x, bool x_per_pair, float* out, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(pairs), blocks_for(N, kWarps));
@@ -307,18 +357,10 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   int64_t pairs = k * T;
   if (pairs == 0) return;
   const DeviceMatrix &mg = matrix(wg), &mu = matrix(wu), &md = matrix(wd);
-  if (T <= kMatvecMaxTokens && mg.type == mu.type && mg.row_bytes == mu.row_bytes && has_unit_loader(mg.type, H) &&
-      has_unit_loader(md.type, F)) {
-    constexpr int R = 4;
+  if (T <= kMatvecMaxTokens && fits_decode_kernels(mg, mu, md, H, F)) {
     Tensor h = scratch_f32(pairs * F);
-    dispatch_unit(mg.type, [&](auto unit) {
-      dim3 grid(blocks_for(F, R), static_cast<unsigned>(pairs));
-      launch(stream_, "expert_gate_up_kernel", expert_gate_up_kernel<decltype(unit), R>, grid, gemv_threads(H / kUnit), 0, mg.data, mu.data, mg.row_bytes, H, F, E, a.ids->i32(), k, a.x->f32(), h.f32());
-    });
-    dispatch_unit(md.type, [&](auto unit) {
-      dim3 grid(blocks_for(H, R), static_cast<unsigned>(T));
-      launch(stream_, "expert_down_kernel", expert_down_kernel<decltype(unit), R>, grid, gemv_threads(k * (F / kUnit)), 0, md.data, md.row_bytes, F, H, E, a.ids->i32(), a.weights->f32(), k, h.f32(), a.out->f32());
-    });
+    moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, a.ids->i32(), a.weights->f32(), k, nullptr,
+               a.x->f32(), h.f32(), a.out->f32());
     return;
   }
   Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
@@ -337,6 +379,26 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     expert_gemm(matrix(wd), H, groups, k, h.f32(), true, dn.f32(), stream_);
   }
   launch(stream_, "moe_combine_kernel", moe_combine_kernel, blocks_for(H * T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
+}
+
+void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
+  check_moe_ffn(a);
+  const int64_t H = a.x->ne(0), T = a.x->ne(1), F = a.gate_exps->ne[1], E = a.gate_exps->ne[2], k = a.k;
+  if (T > kMatvecMaxTokens || a.shared_gate->ne[1] != F) return Backend::moe_ffn(a);
+  const DeviceMatrix &mg = matrix(*a.gate_exps), &mu = matrix(*a.up_exps), &md = matrix(*a.down_exps);
+  const DeviceMatrix &sg = matrix(*a.shared_gate), &su = matrix(*a.shared_up), &sd = matrix(*a.shared_down);
+  if (!fits_decode_kernels(mg, mu, md, H, F) || !fits_decode_kernels(sg, su, sd, H, F)) return Backend::moe_ffn(a);
+  // Decode: router and shared-expert gate in one product, the routing, then the routed experts
+  // and the shared one together in the two fused kernels (four launches).
+  OpScope scope(profiler_, "moe_ffn", T, stream_);
+  Tensor s = scratch_f32(T);
+  const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
+  const std::array<Tensor*, 2> outs{a.logits, &s};
+  mul_mat_shared_input(ws, *a.x, outs);
+  Tensor ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T), h = scratch_f32((k + 1) * T * F);
+  moe_route(*a.logits, k, ids, weights);
+  moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, ids.i32(), weights.f32(), k, s.f32(), a.x->f32(), h.f32(),
+             a.out->f32());
 }
 
 }  // namespace regolith::cuda
