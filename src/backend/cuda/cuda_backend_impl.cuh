@@ -113,6 +113,13 @@ class CudaBackend final : public Backend {
     upload_bytes(t.f32(), v.data(), v.size_bytes());
     return t;
   }
+  // Host values the kernels read again and again (RoPE frequencies, a step's positions), uploaded
+  // once per distinct content: the last few stay on the device, so repeated ops add no copies.
+  template <typename T>
+  const T* cached_upload(std::span<const T> v) {
+    return static_cast<const T*>(cached_upload_bytes(v.data(), v.size_bytes()));
+  }
+  const void* cached_upload_bytes(const void* src, size_t bytes);
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
@@ -132,6 +139,11 @@ class CudaBackend final : public Backend {
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
+  struct CachedUpload {
+    std::vector<uint8_t> bytes;
+    Tensor device;
+  };
+  std::vector<CachedUpload> uploads_;  // cached_upload's, the most recently used first
 
   // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
   // everything queued between two host waits (a decode step: the ops from one logits read to the

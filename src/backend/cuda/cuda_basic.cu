@@ -163,8 +163,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_
   int64_t half = n_rot / 2, n = half * nh * T;
   if (n == 0) return;
   std::vector<float> inv = rope_inv_freq(n_rot, theta);
-  Tensor pos = upload_scratch(positions), freq = upload_scratch(std::span<const float>(inv));
-  launch(stream_, "rope_kernel", rope_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), reinterpret_cast<const int64_t*>(pos.f32()), freq.f32(), hd, nh, T, half);
+  launch(stream_, "rope_kernel", rope_kernel, blocks_for(n, kThreads), kThreads, 0, x.f32(), cached_upload(positions), cached_upload(std::span<const float>(inv)), hd, nh, T, half);
 }
 
 void CudaBackend::swiglu(const Tensor& g, const Tensor& u, Tensor& out) {

@@ -1,5 +1,6 @@
 // CUDA backend memory: the device, its stream, pooled tensor storage, host transfers and the
 // upload-once weight caches.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -20,6 +21,15 @@ namespace cuda {
 namespace {
 
 constexpr size_t kStagingBytes = 16u << 20;
+
+// A stream-ordered device copy as a kernel rather than cudaMemcpyAsync: it takes part in
+// programmatic dependent launch, where a copy between two kernels would stall the stream.
+__global__ void copy_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t n) {
+  grid_dependency_wait();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
 
 // Size classes: 256-byte steps up to 64 KiB, then powers of two (caches grow by doubling).
 size_t size_class(size_t bytes) {
@@ -170,6 +180,21 @@ void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
   memcpy_async(dst, p, bytes, cudaMemcpyHostToDevice, stream_, "upload");
 }
 
+const void* CudaBackend::cached_upload_bytes(const void* src, size_t bytes) {
+  constexpr size_t kKept = 8;
+  const auto* p = static_cast<const uint8_t*>(src);
+  auto hit = std::find_if(uploads_.begin(), uploads_.end(), [&](const CachedUpload& u) {
+    return u.bytes.size() == bytes && std::equal(p, p + bytes, u.bytes.begin());
+  });
+  if (hit == uploads_.end()) {
+    if (uploads_.size() == kKept) uploads_.pop_back();  // its buffer returns to the pool in stream order
+    uploads_.push_back({std::vector<uint8_t>(p, p + bytes), upload_scratch(std::span<const uint8_t>(p, bytes))});
+    hit = uploads_.end() - 1;
+  }
+  std::rotate(uploads_.begin(), hit, hit + 1);
+  return uploads_.front().device.f32();
+}
+
 void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
   if (bytes > static_cast<size_t>(dst.n_elements()) * 4) fail("write: ", bytes, " bytes into ", dst.shape_string());
   upload_bytes(dst.f32(), src, bytes);
@@ -191,8 +216,8 @@ void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t 
     fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
          dst.shape_string(), " is out of bounds");
   if (n == 0) return;
-  memcpy_async(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream_,
-               "copy");
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(blocks_for(n, 256), 4096));
+  launch(stream_, "copy_kernel", copy_kernel, blocks, 256, 0, src.f32() + src_off, dst.f32() + dst_off, n);
 }
 
 // The bytes of a weight can change behind one pointer only when the host frees and reuses it

@@ -335,9 +335,9 @@ void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
   int64_t d = a.raw_keys->ne(0), n = a.block_end - a.block_begin;
   if (n <= 0) return;
   std::vector<float> inv = rope_inv_freq(a.n_rot, a.theta);
-  Tensor freq = upload_scratch(std::span<const float>(inv));
+  const float* freq = cached_upload(std::span<const float>(inv));
   int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
-  launch(stream_, "qsa_pool_kernel", qsa_pool_kernel, static_cast<unsigned>(n), threads, d * sizeof(float), a.raw_keys->f32(), values(*a.k_norm), freq.f32(), d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
+  launch(stream_, "qsa_pool_kernel", qsa_pool_kernel, static_cast<unsigned>(n), threads, d * sizeof(float), a.raw_keys->f32(), values(*a.k_norm), freq, d, a.ratio, a.block_begin, a.n_rot / 2, a.eps, a.pooled->f32());
 }
 
 void CudaBackend::qsa_select(const QsaSelectArgs& a) {
@@ -347,9 +347,8 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   int64_t nb_max = 0;
   for (int64_t p : a.positions) nb_max = std::max(nb_max, (p + 1) / a.ratio);
   if (T == 0) return;
-  Tensor pos = upload_scratch(a.positions);
+  const int64_t* pos_d = cached_upload(a.positions);
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
-  const int64_t* pos_d = reinterpret_cast<const int64_t*>(pos.f32());
   double* scores_d = reinterpret_cast<double*>(scores.f32());
   if (nb_max > 0) {
     dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, 128));
