@@ -120,6 +120,9 @@ class CudaBackend final : public Backend {
     return static_cast<const T*>(cached_upload_bytes(v.data(), v.size_bytes()));
   }
   const void* cached_upload_bytes(const void* src, size_t bytes);
+  // A device counter at zero for a kernel whose last block to finish does the final step; that
+  // block sets it back to zero. Kernels on the one stream run one after another, so one suffices.
+  unsigned* counter() const { return counter_; }
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
@@ -144,6 +147,7 @@ class CudaBackend final : public Backend {
     Tensor device;
   };
   std::vector<CachedUpload> uploads_;  // cached_upload's, the most recently used first
+  unsigned* counter_ = nullptr;
 
   // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
   // everything queued between two host waits (a decode step: the ops from one logits read to the

@@ -115,6 +115,8 @@ CudaBackend::CudaBackend()
   check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
+  check(cudaMalloc(&counter_, sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(counter_, 0, sizeof(unsigned)), "cudaMemset");
   if (env_is_1("REGOLITH_CUDA_GRAPHS")) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is_1("REGOLITH_CUDA_PROFILE"));
     pool_->before_release = [this] {
@@ -142,6 +144,7 @@ CudaBackend::~CudaBackend() {
   recorder_.reset();
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);
+  cudaFree(counter_);
   cudaStreamDestroy(stream_);
 }
 

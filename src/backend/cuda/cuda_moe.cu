@@ -21,19 +21,28 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// One warp per token, lanes over experts: top k by logit (softmax is monotone), equal logits to
-// the lower id; softmax sums in FP64.
-__global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int64_t k, int32_t* ids, float* weights) {
-  grid_dependency_wait();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+// The matrices of the decode kernels: the routed experts' (stacked, expert e's rows after e·rows
+// rows) and, when shared.type_ok, the shared expert's, which rides along as slot k of every token
+// (slots per token k + 1). Each has its own type, read through with_unit.
+struct SlotMatrix {
+  const uint8_t* data = nullptr;
+  uint64_t pitch = 0;
+  GgmlType type = GgmlType::F32;
+};
+struct SlotMatrices {
+  SlotMatrix routed, shared;  // shared.data null: routed slots only
+};
+
+// One warp routes token l (logits of E experts, read through `load` so a caller can bypass L1):
+// top k by logit (softmax is monotone), equal logits to the lower id; softmax sums in FP64.
+template <typename Load>
+__device__ void route_token(Load load, int64_t E, int64_t k, int32_t* ids, float* weights) {
   const int lane = threadIdx.x % 32;
-  if (t >= T) return;
-  const float* l = logits + t * E;
   float mxf = -INFINITY;
-  for (int64_t e = lane; e < E; e += 32) mxf = fmaxf(mxf, l[e]);
+  for (int64_t e = lane; e < E; e += 32) mxf = fmaxf(mxf, load(e));
   const double mx = warp_max(mxf);
   double sum = 0;
-  for (int64_t e = lane; e < E; e += 32) sum += exp(static_cast<double>(l[e]) - mx);
+  for (int64_t e = lane; e < E; e += 32) sum += exp(static_cast<double>(load(e)) - mx);
   sum = warp_sum(sum);
   float prev_l = INFINITY;
   int64_t prev_e = -1;
@@ -43,8 +52,9 @@ __global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int6
     float best_l = -INFINITY;
     int64_t best_e = -1;
     for (int64_t e = lane; e < E; e += 32) {
-      const bool after_prev = l[e] < prev_l || (l[e] == prev_l && e > prev_e);
-      if (after_prev && (best_e < 0 || l[e] > best_l)) best_l = l[e], best_e = e;
+      const float l = load(e);
+      const bool after_prev = l < prev_l || (l == prev_l && e > prev_e);
+      if (after_prev && (best_e < 0 || l > best_l)) best_l = l, best_e = e;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -53,14 +63,66 @@ __global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int6
       if (other_e >= 0 && (best_e < 0 || other_l > best_l || (other_l == best_l && other_e < best_e)))
         best_l = other_l, best_e = other_e;
     }
-    if (lane == 0) ids[t * k + j] = static_cast<int32_t>(best_e);
+    if (lane == 0) ids[j] = static_cast<int32_t>(best_e);
     top += exp(static_cast<double>(best_l) - mx) / sum;
     prev_l = best_l;
     prev_e = best_e;
   }
   __syncwarp();  // lane 0's ids are read by every lane
   for (int64_t j = lane; j < k; j += 32)
-    weights[t * k + j] = static_cast<float>(exp(static_cast<double>(l[ids[t * k + j]]) - mx) / sum / top);
+    weights[j] = static_cast<float>(exp(static_cast<double>(load(ids[j])) - mx) / sum / top);
+}
+
+// One warp per token.
+__global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int64_t k, int32_t* ids, float* weights) {
+  grid_dependency_wait();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (t >= T) return;
+  const float* l = logits + t * E;
+  route_token([=](int64_t e) { return l[e]; }, E, k, ids + t * k, weights + t * k);
+}
+
+// Decode: rows n0 .. n0+R-1 (n0 = R·blockIdx.x) of [router; shared gate] times x for T <= TB
+// tokens, giving the logits [E, T] and the shared expert's gate logit s [T]; the block that
+// finishes last then routes every token (ids, weights [k, T]) and re-arms *finished for the next
+// call. Two launches become one.
+template <int R, int TB>
+__global__ void __launch_bounds__(128)
+    moe_router_kernel(SlotMatrix router, SlotMatrix gate_inp, int64_t K, int64_t E, const float* __restrict__ x, int T,
+                      int64_t k, float* logits, float* s, int32_t* ids, float* weights, unsigned* finished) {
+  grid_dependency_wait();
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    rows[r] = n0 + r < E ? router.data + (n0 + r) * router.pitch : n0 + r == E ? gate_inp.data : nullptr;
+  float acc[R][TB] = {};
+  with_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc); });
+  float sums[R * TB];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
+  block_reduce_to_first(sums);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) {
+        if (n0 + r < E) logits[t * E + n0 + r] = sums[r * TB + t];
+        if (n0 + r == E) s[t] = sums[r * TB + t];
+      }
+    __threadfence();  // the logits are visible before this block counts as finished
+    last = atomicAdd(finished, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = threadIdx.x / 32; t < T; t += blockDim.x / 32) {
+    const float* l = logits + t * E;
+    route_token([=](int64_t e) { return __ldcg(l + e); }, E, k, ids + t * k, weights + t * k);
+  }
+  if (threadIdx.x == 0) *finished = 0;
 }
 
 // out[pair][n] = W_e[n]·x, pair = t·k + j, e = ids[pair]; x is per token (x_per_pair false) or
@@ -90,18 +152,6 @@ __global__ void expert_matvec_kernel(const uint8_t* __restrict__ W, uint64_t row
   acc = warp_sum(acc);
   if (lane == 0) out[pair * N + n] = acc;
 }
-
-// The matrices of the decode kernels: the routed experts' (stacked, expert e's rows after e·rows
-// rows) and, when shared.type_ok, the shared expert's, which rides along as slot k of every token
-// (slots per token k + 1). Each has its own type, read through with_unit.
-struct SlotMatrix {
-  const uint8_t* data = nullptr;
-  uint64_t pitch = 0;
-  GgmlType type = GgmlType::F32;
-};
-struct SlotMatrices {
-  SlotMatrix routed, shared;  // shared.data null: routed slots only
-};
 
 // Row `row` of slot j of token t, or null for a routed slot with an invalid expert id.
 __device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_t j, int64_t k, int64_t e, int64_t E,
@@ -388,15 +438,21 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const DeviceMatrix &mg = matrix(*a.gate_exps), &mu = matrix(*a.up_exps), &md = matrix(*a.down_exps);
   const DeviceMatrix &sg = matrix(*a.shared_gate), &su = matrix(*a.shared_up), &sd = matrix(*a.shared_down);
   if (!fits_decode_kernels(mg, mu, md, H, F) || !fits_decode_kernels(sg, su, sd, H, F)) return Backend::moe_ffn(a);
-  // Decode: router and shared-expert gate in one product, the routing, then the routed experts
-  // and the shared one together in the two fused kernels (four launches).
+  // Decode: router, shared-expert gate and routing in one kernel, then the routed experts and the
+  // shared one together in the two fused kernels: three launches.
   OpScope scope(profiler_, "moe_ffn", T, stream_);
-  Tensor s = scratch_f32(T);
-  const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
-  const std::array<Tensor*, 2> outs{a.logits, &s};
-  mul_mat_shared_input(ws, *a.x, outs);
-  Tensor ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T), h = scratch_f32((k + 1) * T * F);
-  moe_route(*a.logits, k, ids, weights);
+  Tensor s = scratch_f32(T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
+  Tensor h = scratch_f32((k + 1) * T * F);
+  const DeviceMatrix &router = matrix(*a.router), &gate_inp = matrix(*a.shared_gate_inp);
+  if (router.type == gate_inp.type && has_unit_loader(router.type, H)) {
+    auto* kernel = T == 1 ? moe_router_kernel<1, 1> : moe_router_kernel<1, kMatvecMaxTokens>;
+    launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counter());
+  } else {
+    const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
+    const std::array<Tensor*, 2> outs{a.logits, &s};
+    mul_mat_shared_input(ws, *a.x, outs);
+    moe_route(*a.logits, k, ids, weights);
+  }
   moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, ids.i32(), weights.f32(), k, s.f32(), a.x->f32(), h.f32(),
              a.out->f32());
 }
