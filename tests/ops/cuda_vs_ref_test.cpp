@@ -279,10 +279,10 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 
 // moe_ffn for a few tokens: the shared expert rides in the fused decode kernels as one more slot,
 // in types of its own (Q8_0 gate/up and BF16 down beside Q4_K / Q8_0 routed experts), against
-// the reference's op-by-op composition.
+// the reference's op-by-op composition. The router runs with the routing in one kernel when it
+// shares the shared-expert gate's type (F32), else as a product and moe_route (BF16).
 TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
   int64_t E = 6, k = 3, H = 512, F = 160;
-  auto router = make_weight("router", GgmlType::F32, {H, E, 1, 1}, random_values(H * E, 200, 0.2f));
   auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 201, 0.1f));
   auto wu = make_weight("up", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 202, 0.1f));
   auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 203, 0.1f));
@@ -290,21 +290,25 @@ TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
   auto su = make_weight("shared_up", GgmlType::Q8_0, {H, F, 1, 1}, random_values(H * F, 205, 0.1f));
   auto sd = make_weight("shared_down", GgmlType::BF16, {F, H, 1, 1}, random_values(F * H, 206, 0.1f));
   auto s_inp = make_weight("shared_gate_inp", GgmlType::F32, {H, 1, 1, 1}, random_values(H, 207, 0.1f));
-  for (int64_t T : {1, 3}) {
-    auto x = random_values(H * T, 208);
-    std::vector<float> out[2], logits[2];
-    int i = 0;
-    for (Backend* be : {cuda.get(), ref.get()}) {
-      Tensor tx = upload(*be, x, {H, T, 1, 1}), tl = be->alloc_f32(E, T), ty = be->alloc_f32(H, T);
-      be->moe_ffn({.x = &tx, .router = &router->w, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w,
-                   .shared_gate = &sg->w, .shared_up = &su->w, .shared_down = &sd->w, .shared_gate_inp = &s_inp->w,
-                   .k = k, .logits = &tl, .out = &ty});
-      out[i] = be->read_f32(ty);
-      logits[i] = be->read_f32(tl);
-      ++i;
+  for (GgmlType router_type : {GgmlType::F32, GgmlType::BF16}) {
+    auto router = make_weight("router", router_type, {H, E, 1, 1}, random_values(H * E, 200, 0.2f));
+    for (int64_t T : {1, 3}) {
+      auto x = random_values(H * T, 208);
+      std::vector<float> out[2], logits[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor tx = upload(*be, x, {H, T, 1, 1}), tl = be->alloc_f32(E, T), ty = be->alloc_f32(H, T);
+        be->moe_ffn({.x = &tx, .router = &router->w, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w,
+                     .shared_gate = &sg->w, .shared_up = &su->w, .shared_down = &sd->w, .shared_gate_inp = &s_inp->w,
+                     .k = k, .logits = &tl, .out = &ty});
+        out[i] = be->read_f32(ty);
+        logits[i] = be->read_f32(tl);
+        ++i;
+      }
+      std::string what = "moe_ffn router " + std::string(type_name(router_type)) + " T=" + std::to_string(T);
+      report_close(logits[0], widen(logits[1]), matmul_tolerance(H), what + " logits");
+      report_close(out[0], widen(out[1]), matmul_tolerance(H + F), what);
     }
-    report_close(logits[0], widen(logits[1]), matmul_tolerance(H), "moe_ffn logits T=" + std::to_string(T));
-    report_close(out[0], widen(out[1]), matmul_tolerance(H + F), "moe_ffn T=" + std::to_string(T));
   }
 }
 

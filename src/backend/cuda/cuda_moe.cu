@@ -441,7 +441,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   // Decode: router, shared-expert gate and routing in one kernel, then the routed experts and the
   // shared one together in the two fused kernels: three launches.
   OpScope scope(profiler_, "moe_ffn", T, stream_);
-  Tensor s = scratch_f32(T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
+  Tensor s = output_f32(1, T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
   Tensor h = scratch_f32((k + 1) * T * F);
   const DeviceMatrix &router = matrix(*a.router), &gate_inp = matrix(*a.shared_gate_inp);
   if (router.type == gate_inp.type && has_unit_loader(router.type, H)) {
