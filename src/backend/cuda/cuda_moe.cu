@@ -361,12 +361,14 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
                 int64_t E, int64_t T, const int32_t* ids, const float* weights, int64_t k, const float* shared_logit,
                 const float* x, float* h, float* out) {
-  constexpr int R = 4;
+  // Rows per block. Gate/up: 2 (4 weight rows per thread) decoded 13% faster than 4 on an H200 (the
+  // kernel is bound by loads in flight, and 4 held a block's occupancy down); down: 4.
+  constexpr int kGateUpRows = 2, kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
-  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel<R>, dim3(blocks_for(F, R), static_cast<unsigned>(T * slots)), gemv_threads(H / kUnit), 0, gate, up, H, F, E, ids, k, x, h);
-  launch(stream, "expert_down_kernel", expert_down_kernel<R>, dim3(blocks_for(H, R), static_cast<unsigned>(T)), gemv_threads(slots * (F / kUnit)), 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
+  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel<kGateUpRows>, dim3(blocks_for(F, kGateUpRows), static_cast<unsigned>(T * slots)), gemv_threads(H / kUnit), 0, gate, up, H, F, E, ids, k, x, h);
+  launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, dim3(blocks_for(H, kDownRows), static_cast<unsigned>(T)), gemv_threads(slots * (F / kUnit)), 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
 }
 
 void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* ids, int64_t k, int64_t pairs,
