@@ -8,12 +8,9 @@
 # step graphs off and, with GRAPHS=1, on. Each run has a time limit, so a slow one still leaves
 # the table so far. Output also goes to $OUT/bench.txt.
 #   tools/cuda/device_bench.sh [BUILD_DIR]
-set -uo pipefail
+source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
-out=${OUT:-/tmp/regolith-cuda-out}
 build=${1:-/tmp/b}
-mkdir -p "$out"
-[ -d /tmp/deps/usr/lib/x86_64-linux-gnu ] && export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t0=$(date +%s)
 if [ "${RECIPE:-q8_0}" = q4k ]; then
   model=/tmp/flash-next-64e-q4k.gguf

@@ -6,12 +6,9 @@
 # latency-bound; the sum over a step against the step's measured time is what launches cost.
 # `bench -p 1` makes every forward a one-token one. Output also goes to $OUT/kernels.txt.
 #   tools/cuda/device_kernels.sh [BUILD_DIR] [MODEL]      (COUNT: kernels to profile, default 3000)
-set -uo pipefail
-out=${OUT:-/tmp/regolith-cuda-out}
+source "$(dirname "$0")/run_env.sh"
 build=${1:-/tmp/b}
 model=${2:-/tmp/flash-next-64e-q4k.gguf}
-mkdir -p "$out"
-[ -d /tmp/deps/usr/lib/x86_64-linux-gnu ] && export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then echo "device_kernels: no ncu"; exit 1; fi
 timeout "${NCU_LIMIT:-300}" "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \

@@ -6,12 +6,9 @@
 # counters: built, reused, parameter updates and host time per submit). Output also goes to
 # $OUT/profile.txt.
 #   tools/cuda/device_profile.sh [BUILD_DIR] [MODEL]
-set -uo pipefail
-out=${OUT:-/tmp/regolith-cuda-out}
+source "$(dirname "$0")/run_env.sh"
 build=${1:-/tmp/b}
 model=${2:-/tmp/flash-next-64e-q4k.gguf}
-mkdir -p "$out"
-[ -d /tmp/deps/usr/lib/x86_64-linux-gnu ] && export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 REGOLITH_CUDA_PROFILE=1 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench -m "$model" --backend cuda \
   -p "${PROMPT:-2048}" -n 64 -r 1 2>&1 | tee "$out/profile.txt"
 REGOLITH_CUDA_GRAPHS=1 REGOLITH_CUDA_PROFILE=1 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench -m "$model" \

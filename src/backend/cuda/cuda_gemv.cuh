@@ -137,23 +137,11 @@ inline bool has_unit_loader(GgmlType type, int64_t K) {
   }
 }
 
-// Calls fn(Unit<type>{}) for a type with a unit loader.
+// Calls fn(Unit<type>{}) for a type with a unit loader, on the host (to pick a kernel) or in
+// device code (a branch per call, uniform where the callers' threads share a type).
+#pragma nv_exec_check_disable
 template <typename Fn>
-void dispatch_unit(GgmlType type, Fn&& fn) {
-  switch (type) {
-    case GgmlType::F32: fn(Unit<GgmlType::F32>{}); return;
-    case GgmlType::F16: fn(Unit<GgmlType::F16>{}); return;
-    case GgmlType::BF16: fn(Unit<GgmlType::BF16>{}); return;
-    case GgmlType::Q8_0: fn(Unit<GgmlType::Q8_0>{}); return;
-    case GgmlType::Q4_K: fn(Unit<GgmlType::Q4_K>{}); return;
-    default: return;
-  }
-}
-
-// Calls fn(Unit<type>{}) in device code, for a type chosen at run time (has_unit_loader true);
-// a branch per call, uniform where the callers' threads share a type.
-template <typename Fn>
-__device__ __forceinline__ void with_unit(GgmlType type, Fn&& fn) {
+__host__ __device__ __forceinline__ void dispatch_unit(GgmlType type, Fn&& fn) {
   switch (type) {
     case GgmlType::F32: fn(Unit<GgmlType::F32>{}); return;
     case GgmlType::F16: fn(Unit<GgmlType::F16>{}); return;
@@ -222,6 +210,16 @@ __device__ __forceinline__ void block_reduce_to_first(float (&v)[N]) {
       for (int w = 1; w < n_warps; ++w) s += partial[w][i];
       v[i] = s;
     }
+}
+
+// acc (each thread's rows × tokens) summed over the block: thread 0 gets sums[r·TB + t].
+template <int R, int TB>
+__device__ __forceinline__ void block_reduce_rows(const float (&acc)[R][TB], float (&sums)[R * TB]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
+  block_reduce_to_first(sums);
 }
 
 // Threads for a block whose rows have n_units units each: whole warps, at most 128.

@@ -81,11 +81,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvBatch b, int64_t K,
   float acc[R][TB] = {};
   gemv_accumulate<U, R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc);
   float sums[R * TB];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
-  block_reduce_to_first(sums);
+  block_reduce_rows(acc, sums);
   if (threadIdx.x != 0) return;
   float* out = b.out[s];
 #pragma unroll

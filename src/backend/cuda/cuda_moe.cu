@@ -22,8 +22,8 @@ namespace {
 constexpr int kWarps = 4;
 
 // The matrices of the decode kernels: the routed experts' (stacked, expert e's rows after e·rows
-// rows) and, when shared.type_ok, the shared expert's, which rides along as slot k of every token
-// (slots per token k + 1). Each has its own type, read through with_unit.
+// rows) and, when shared.data is set, the shared expert's, which rides along as slot k of every token
+// (slots per token k + 1). Each has its own type, read through dispatch_unit.
 struct SlotMatrix {
   const uint8_t* data = nullptr;
   uint64_t pitch = 0;
@@ -97,13 +97,9 @@ __global__ void __launch_bounds__(128)
   for (int r = 0; r < R; ++r)
     rows[r] = n0 + r < E ? router.data + (n0 + r) * router.pitch : n0 + r == E ? gate_inp.data : nullptr;
   float acc[R][TB] = {};
-  with_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc); });
+  dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc); });
   float sums[R * TB];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < TB; ++t) sums[r * TB + t] = acc[r][t];
-  block_reduce_to_first(sums);
+  block_reduce_rows(acc, sums);
   __shared__ bool last;
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -180,7 +176,7 @@ __global__ void __launch_bounds__(128)
     rows[R + r] = in ? slot_row(up, j, k, e, E, F, n0 + r) : nullptr;
   }
   float acc[2 * R][1] = {};
-  with_unit(j == k ? gate.shared.type : gate.routed.type, [&](auto unit) {
+  dispatch_unit(j == k ? gate.shared.type : gate.routed.type, [&](auto unit) {
     gemv_accumulate<decltype(unit), 2 * R, 1>(rows, K, x + t * K, K, 1, threadIdx.x, blockDim.x, acc);
   });
   float sums[2 * R];
@@ -213,7 +209,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int r = 0; r < R; ++r) rows[r] = n0 + r < H ? slot_row(down, j, k, e, E, H, n0 + r) : nullptr;
     float part[R][1] = {};
-    with_unit(j == k ? down.shared.type : down.routed.type, [&](auto unit) {
+    dispatch_unit(j == k ? down.shared.type : down.routed.type, [&](auto unit) {
       gemv_accumulate<decltype(unit), R, 1>(rows, F, h + (t * slots + j) * F, F, 1, u, n_units, part);
     });
     const float wj = j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
