@@ -47,22 +47,28 @@ __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* i
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) rope_pair(out, i, half, inv_freq[i], b * ratio);
 }
 
-// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d), FP64 in the reference's summation order.
+// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64 (the float products are exact there; the
+// lanes' partial sums meet in a warp reduction, an order other than the reference's loop, as the
+// CPU backend's vector dot also sums).
 __global__ void qsa_score_kernel(const float* iq, const float* pooled, const int64_t* positions, int64_t d, int64_t nh,
                                  int64_t ratio, int64_t nb_max, double* scores) {
   grid_dependency_wait();
-  int64_t b = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x, t = blockIdx.x;
-  int64_t nb = (positions[t] + 1) / ratio;
+  // A warp per pooled block, its lanes reading the key row together (was a thread per block, each
+  // reading its own row one value at a time).
+  const int lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32, t = blockIdx.x;
+  const int64_t nb = (positions[t] + 1) / ratio;
   if (b >= nb) return;
   const float* kb = pooled + b * d;
   double s = 0;
   for (int64_t h = 0; h < nh; ++h) {
     const float* q = iq + (t * nh + h) * d;
     double dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * kb[i];
+    for (int64_t i = lane; i < d; i += 32) dot += static_cast<double>(q[i]) * kb[i];
+    dot = warp_sum(dot);
     s += 0.0 < dot ? dot : 0.0;
   }
-  scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
+  if (lane == 0) scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
 }
 
 // Orders doubles as unsigned integers: a larger score gives a larger key.
@@ -105,15 +111,32 @@ __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scor
         if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
       }
       __syncthreads();
-      if (tid == 0) {
-        int64_t cum = 0;
-        for (int digit = 255; digit >= 0; --digit) {
-          if (cum + hist[digit] >= s_remaining) {
-            s_prefix |= static_cast<uint64_t>(digit) << shift;
-            s_remaining -= cum;
-            break;
+      if (tid < 32) {
+        // Warp 0 finds the digit where the count from the top reaches s_remaining: lane l holds
+        // digits 255 - 8l down to 248 - 8l, a scan over the lanes counts the keys above each range,
+        // and the one lane whose range holds the crossing walks its eight digits.
+        const int64_t remaining = s_remaining;
+        const int top = 255 - 8 * tid;
+        unsigned own = 0;
+        for (int i = 0; i < 8; ++i) own += hist[top - i];
+        unsigned above = own;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const unsigned v = __shfl_up_sync(0xffffffffu, above, o);
+          if (tid >= o) above += v;
+        }
+        above -= own;
+        if (above < remaining && above + own >= remaining) {
+          int64_t cum = above;
+          for (int i = 0; i < 8; ++i) {
+            const unsigned c = hist[top - i];
+            if (cum + c >= remaining) {
+              s_prefix |= static_cast<uint64_t>(top - i) << shift;
+              s_remaining = remaining - cum;
+              break;
+            }
+            cum += c;
           }
-          cum += hist[digit];
         }
       }
       mask |= 0xFFull << shift;
@@ -351,8 +374,8 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
   double* scores_d = reinterpret_cast<double*>(scores.f32());
   if (nb_max > 0) {
-    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, 128));
-    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, 128, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
+    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kThreads / 32));
+    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
   }
   launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
