@@ -96,16 +96,16 @@ std::optional<uint64_t> CudaBackend::memory_available() const {
 
 namespace {
 
-bool env_is_1(const char* name) {
+bool env_is(const char* name, std::string_view value) {
   const char* v = std::getenv(name);
-  return v && std::string_view(v) == "1";
+  return v && std::string_view(v) == value;
 }
 
 }  // namespace
 
 CudaBackend::CudaBackend()
     : pool_(std::make_shared<DevicePool>()),
-      profiler_(env_is_1("REGOLITH_CUDA_PROFILE") && !env_is_1("REGOLITH_CUDA_GRAPHS")) {
+      profiler_(env_is("REGOLITH_CUDA_PROFILE", "1") && !env_is("REGOLITH_CUDA_GRAPHS", "1")) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
@@ -116,8 +116,8 @@ CudaBackend::CudaBackend()
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   check(cudaMalloc(&counter_, sizeof(unsigned)), "cudaMalloc");
   check(cudaMemset(counter_, 0, sizeof(unsigned)), "cudaMemset");
-  if (env_is_1("REGOLITH_CUDA_GRAPHS")) {
-    recorder_ = std::make_unique<StepRecorder>(stream_, env_is_1("REGOLITH_CUDA_PROFILE"));
+  if (env_is("REGOLITH_CUDA_GRAPHS", "1")) {
+    recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"));
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");
@@ -126,8 +126,7 @@ CudaBackend::CudaBackend()
   // Programmatic dependent launch unless REGOLITH_CUDA_PDL=0; step graphs are built without it.
   int major = 0;
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
-  const char* pdl = std::getenv("REGOLITH_CUDA_PDL");
-  const bool programmatic = major >= 9 && !recorder_ && !(pdl && std::string_view(pdl) == "0");
+  const bool programmatic = major >= 9 && !recorder_ && !env_is("REGOLITH_CUDA_PDL", "0");
   set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr, programmatic});
 }
 
