@@ -161,6 +161,24 @@ TEST_F(CudaVsRef, MoeManyTokensKQuants) {
   report_close(c.out, widen(r.out), matmul_tolerance(H + F), "moe_experts");
 }
 
+// Routing holds each warp's logits in registers, 2, 16 or 64 per lane by the number of experts:
+// every size, with ties at the top (lower id first) between and within lanes.
+TEST_F(CudaVsRef, MoeRouteEveryRegisterSize) {
+  const int64_t k = 10, T = 3;
+  for (int64_t E : {48, 300, 600}) {
+    auto logits = random_values(E * T, 95 + E, 2.0f);
+    logits[37] = logits[E - 1] = logits[5] = 9.0f;        // token 0: three-way tie at the top
+    logits[E + 40] = logits[E + 8] = 7.5f;                // token 1: lanes 8 of two rounds
+    for (int64_t e = 0; e < E; e += 3) logits[2 * E + e] = 1.0f;  // token 2: many equal logits
+    Tensor ci = cuda->alloc(DType::I32, {k, T, 1, 1}), cw = cuda->alloc_f32(k, T);
+    Tensor ri = ref->alloc(DType::I32, {k, T, 1, 1}), rw = ref->alloc_f32(k, T);
+    cuda->moe_route(upload(*cuda, logits, {E, T, 1, 1}), k, ci, cw);
+    ref->moe_route(upload(*ref, logits, {E, T, 1, 1}), k, ri, rw);
+    EXPECT_EQ(cuda->read_i32(ci), ref->read_i32(ri)) << "E=" << E;
+    report_close(cuda->read_f32(cw), widen(ref->read_f32(rw)), 1e-6, "moe_route weights E=" + std::to_string(E));
+  }
+}
+
 TEST_F(CudaVsRef, WideNormsAndHcRead) {
   int64_t S = 4, H = 640, W = S * H, r = 16, T = 12;
   auto R = random_values(W * T, 60, 2.0f);

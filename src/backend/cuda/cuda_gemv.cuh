@@ -93,9 +93,27 @@ struct Unit<GgmlType::Q8_0> {
   }
 };
 
+// Byte i (0..11) of a Q4_K block's 6-bit scale codes, from its 16-byte header h (d and dmin in
+// h.x, the 12 scale bytes in h.y .. h.w): one load per header instead of a load per byte.
+__device__ __forceinline__ int k4_scale_byte(const uint4& h, int i) {
+  const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+  return static_cast<int>((w >> (8 * (i % 4))) & 0xFFu);
+}
+
+// k4_scale_min (cuda_quant.cuh) from the header in registers.
+__device__ __forceinline__ void k4_scale_min(int j, const uint4& h, int& scale, int& min) {
+  if (j < 4) {
+    scale = k4_scale_byte(h, j) & 63;
+    min = k4_scale_byte(h, j + 4) & 63;
+  } else {
+    scale = (k4_scale_byte(h, j + 4) & 0xF) | ((k4_scale_byte(h, j - 4) >> 6) << 4);
+    min = (k4_scale_byte(h, j + 4) >> 4) | ((k4_scale_byte(h, j) >> 6) << 4);
+  }
+}
+
 // 16 units per 256-value block: unit v of a block holds 8 code bytes at qs[32g + l0] (g = v/4,
 // l0 = 8(v%4)): low nibbles are values 64g + l0 .. (sub-block 2g), high nibbles 64g + 32 + l0 ..
-// (sub-block 2g + 1).
+// (sub-block 2g + 1). Blocks are 144 bytes, so each header is 16-byte aligned in a device row.
 template <>
 struct Unit<GgmlType::Q4_K> {
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) {
@@ -106,11 +124,11 @@ struct Unit<GgmlType::Q4_K> {
     const auto* b = reinterpret_cast<const quant::BlockQ4_K*>(row) + u / 16;
     const int v = static_cast<int>(u % 16), g = v / 4;
     uint2 q = __ldg(reinterpret_cast<const uint2*>(b->qs + 32 * g + (v % 4) * 8));
-    const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(b));
-    const float d = f16(static_cast<uint16_t>(dm)), dmin = f16(static_cast<uint16_t>(dm >> 16));
+    const uint4 header = __ldg(reinterpret_cast<const uint4*>(b));
+    const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
     int sc0, m0, sc1, m1;
-    k4_scale_min(2 * g, b->scales, sc0, m0);
-    k4_scale_min(2 * g + 1, b->scales, sc1, m1);
+    k4_scale_min(2 * g, header, sc0, m0);
+    k4_scale_min(2 * g + 1, header, sc1, m1);
     const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
     const uint32_t words[2] = {q.x, q.y};
 #pragma unroll

@@ -116,18 +116,19 @@ CudaBackend::CudaBackend()
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   check(cudaMalloc(&counter_, sizeof(unsigned)), "cudaMalloc");
   check(cudaMemset(counter_, 0, sizeof(unsigned)), "cudaMemset");
+  // Programmatic dependent launch (sm_90+) unless REGOLITH_CUDA_PDL=0, on the stream or as the
+  // step graphs' edges.
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
+  const bool programmatic = major >= 9 && !env_is("REGOLITH_CUDA_PDL", "0");
   if (env_is("REGOLITH_CUDA_GRAPHS", "1")) {
-    recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"));
+    recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic);
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");
     };
   }
-  // Programmatic dependent launch unless REGOLITH_CUDA_PDL=0; step graphs are built without it.
-  int major = 0;
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
-  const bool programmatic = major >= 9 && !recorder_ && !env_is("REGOLITH_CUDA_PDL", "0");
-  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr, programmatic});
+  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr, programmatic && !recorder_});
 }
 
 CudaBackend::~CudaBackend() {

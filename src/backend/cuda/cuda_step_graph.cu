@@ -17,7 +17,8 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder::StepRecorder(cudaStream_t stream, bool report) : stream_(stream), report_(report) {}
+StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic)
+    : stream_(stream), report_(report), programmatic_(programmatic) {}
 
 StepRecorder::~StepRecorder() {
   if (report_ && built_ + reused_ > 0)
@@ -118,6 +119,7 @@ void StepRecorder::build(Graph& g) {
   check(cudaGraphCreate(&g.graph, 0), "graph create");
   std::vector<void*> ptrs;
   cudaGraphNode_t prev = nullptr;
+  const Node* prev_node = nullptr;
   for (const Node& n : g.nodes) {
     cudaGraphNode_t node = nullptr;
     const size_t n_deps = prev ? 1 : 0;
@@ -125,7 +127,16 @@ void StepRecorder::build(Graph& g) {
       case Node::Kernel: {
         cudaKernelNodeParams p;
         kernel_params(n, g.args.data(), p, ptrs);
-        check(cudaGraphAddKernelNode(&node, g.graph, &prev, n_deps, &p), "graph kernel node");
+        if (programmatic_ && prev_node && prev_node->kind == Node::Kernel) {
+          // The edge a launch with programmatic stream serialization gets when captured.
+          check(cudaGraphAddKernelNode(&node, g.graph, nullptr, 0, &p), "graph kernel node");
+          cudaGraphEdgeData edge{};
+          edge.from_port = cudaGraphKernelNodePortProgrammatic;
+          edge.type = cudaGraphDependencyTypeProgrammatic;
+          check(cudaGraphAddDependencies(g.graph, &prev, &node, &edge, 1), "graph programmatic edge");
+        } else {
+          check(cudaGraphAddKernelNode(&node, g.graph, &prev, n_deps, &p), "graph kernel node");
+        }
         break;
       }
       case Node::Memcpy:
@@ -140,6 +151,7 @@ void StepRecorder::build(Graph& g) {
     }
     g.handles.push_back(node);
     prev = node;
+    prev_node = &n;
   }
   check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiation");
 }

@@ -19,7 +19,10 @@ namespace regolith::cuda {
 class StepRecorder {
  public:
   // report: print the counters below on stderr when destroyed (REGOLITH_CUDA_PROFILE=1).
-  StepRecorder(cudaStream_t stream, bool report);
+  // programmatic: a kernel that follows a kernel depends on it through a programmatic edge (the
+  // graph form of programmatic dependent launch, cuda_launch.cuh), so it is scheduled while its
+  // predecessor still runs.
+  StepRecorder(cudaStream_t stream, bool report, bool programmatic);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -66,7 +69,7 @@ class StepRecorder {
   std::vector<uint8_t> pending_args_;
   uint64_t pending_shape_ = 0;
   std::list<Graph> graphs_;  // most recently used first
-  bool report_;
+  bool report_, programmatic_;
   // Graphs built, submits that reused one, nodes submitted and nodes whose parameters had to be
   // set, host seconds in submit().
   int64_t built_ = 0, reused_ = 0, nodes_ = 0, updated_ = 0;
