@@ -334,7 +334,7 @@ TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
   }
 }
 
-// hc_read for one token with four streams: the three-kernel path (down and inject rows sharing a
+// hc_read for one token with four streams: the two-kernel decode path (down and inject rows sharing a
 // type), with and without inject.
 TEST_F(CudaVsRef, HcReadDecodePath) {
   int64_t S = 4, H = 640, W = S * H, r = 64;
