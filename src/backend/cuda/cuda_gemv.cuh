@@ -22,6 +22,16 @@ namespace regolith::cuda {
 
 constexpr int kUnit = 16;
 
+// Asks L2 for the bytes [p, p + bytes) without waiting for them: one prefetch per 128-byte line,
+// spread over threads first, first + stride, .... Weights do not depend on the previous kernel, so
+// a kernel may prefetch its rows before grid_dependency_wait() and fetch them while its predecessor
+// finishes; after it, a prefetch puts all of a group's rows in flight at once.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int first = threadIdx.x,
+                                            int stride = blockDim.x) {
+  const uint64_t begin = reinterpret_cast<uint64_t>(p) / 128, end = (reinterpret_cast<uint64_t>(p) + bytes + 127) / 128;
+  for (uint64_t line = begin + first; line < end; line += stride) asm volatile("prefetch.L2 [%0];" ::"l"(line * 128));
+}
+
 // Byte b (0..3) of w as a float 2^23 + byte.
 __device__ __forceinline__ float byte_as_float(uint32_t w, int b) {
   return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + b)) - 8388608.0f;
@@ -243,6 +253,15 @@ __device__ __forceinline__ void block_reduce_rows(const float (&acc)[R][TB], flo
 // Threads for a block whose rows have n_units units each: whole warps, at most 128.
 inline int gemv_threads(int64_t n_units) {
   return static_cast<int>(std::min<int64_t>(128, std::max<int64_t>(32, (n_units + 31) / 32 * 32)));
+}
+
+// Threads for a block whose rows have n_units units each, at most max_threads: as few units per
+// thread as that allows, spread evenly (rows of 2,560 values: 160 threads of one unit each, where
+// 128 threads leave a quarter of them two), in whole warps.
+inline int balanced_threads(int64_t n_units, int max_threads) {
+  const int64_t per_thread = std::max<int64_t>(1, (n_units + max_threads - 1) / max_threads);
+  const int64_t threads = (n_units + per_thread - 1) / per_thread;
+  return static_cast<int>(std::min<int64_t>(max_threads, std::max<int64_t>(32, (threads + 31) / 32 * 32)));
 }
 
 }  // namespace regolith::cuda

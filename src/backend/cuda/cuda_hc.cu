@@ -52,6 +52,7 @@ constexpr int kDecodeStreams = 4;
 // each SM has a few blocks' loads in flight. On an H200 (H = 2560, Q8_0) that ran 8.2 µs, two rows
 // per block (162 blocks, most SMs with one) 11.4 µs, despite reading R and gamma half as often.
 constexpr int kDownRowsPerBlock = 1;
+constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
 
 // Stream (norm group) of position i of a W = 4·H row.
 __device__ __forceinline__ int stream_of(int64_t i, int64_t H) { return (i >= H) + (i >= 2 * H) + (i >= 3 * H); }
@@ -88,7 +89,6 @@ __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __re
                                                              const float* __restrict__ gamma, float eps,
                                                              float* __restrict__ lo, float* __restrict__ inject_w,
                                                              float* __restrict__ rinv_out) {
-  grid_dependency_wait();
   constexpr int S = kDecodeStreams, kSumSq = kRows * S;  // sums[k·S + s]: row k's dot; sums[kSumSq + s]: Σ R²
   const int64_t W = S * H, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? S : 0);
   const uint8_t* rows[kRows];
@@ -96,7 +96,9 @@ __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __re
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = i0 + k;
     rows[k] = row >= n_rows ? nullptr : row < r ? down + row * pitch : inject + (row - r) * pitch;
+    if (rows[k]) prefetch_l2(rows[k], pitch);
   }
+  grid_dependency_wait();
   float sums[kSumSq + S] = {};
   // One unit at a time: on an H200 that ran 8.3 µs against 9.6 µs for two units per step.
 #pragma unroll 1
@@ -141,24 +143,31 @@ __global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __re
   }
 }
 
-// Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d] for d = blockIdx.x, S = 4 streams,
-// with n[s·H + d] = R·gamma·rinv_s (rinv from hc_down_inject_kernel).
+// Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d], a warp per position d (four to a
+// block; was a block per position), S = 4 streams, with n[s·H + d] = R·gamma·rinv_s (rinv from
+// hc_down_inject_kernel). The up rows are prefetched into L2 before the wait on the previous kernel.
 template <typename U>
 __global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restrict__ up, uint64_t pitch, int64_t r,
                                                         int64_t H, const float* __restrict__ lo,
                                                         const float* __restrict__ R, const float* __restrict__ gamma,
                                                         const float* __restrict__ rinv, float* __restrict__ x) {
-  grid_dependency_wait();
   constexpr int S = kDecodeStreams;
-  const int64_t d = blockIdx.x;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (d >= H) return;
   const uint8_t* rows[S];
 #pragma unroll
-  for (int s = 0; s < S; ++s) rows[s] = up + (s * H + d) * pitch;
+  for (int s = 0; s < S; ++s) {
+    rows[s] = up + (s * H + d) * pitch;
+    prefetch_l2(rows[s], pitch, lane, 32);
+  }
+  grid_dependency_wait();
   float acc[S][1] = {};
-  gemv_accumulate<U, S, 1>(rows, r, lo, r, 1, threadIdx.x, blockDim.x, acc);
-  float m[S] = {acc[0][0], acc[1][0], acc[2][0], acc[3][0]};
-  block_reduce_to_first(m);
-  if (threadIdx.x != 0) return;
+  gemv_accumulate<U, S, 1>(rows, r, lo, r, 1, lane, 32, acc);
+  float m[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) m[s] = warp_sum(acc[s][0]);
+  if (lane != 0) return;
   double mix = 0;
 #pragma unroll
   for (int s = 0; s < S; ++s) {
@@ -203,7 +212,7 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
       launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRowsPerBlock>, blocks_for(n_rows, kDownRowsPerBlock), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R.f32(), gamma, a.eps, lo.f32(), inject ? a.inject_w->f32() : nullptr, rinv.f32());
     });
     dispatch_unit(up.type, [&](auto unit) {
-      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, static_cast<unsigned>(H), gemv_threads(r / kUnit), 0, up.data, up.row_bytes, r, H, lo.f32(), R.f32(), gamma, rinv.f32(), a.x->f32());
+      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, blocks_for(H, kUpWarps), 32 * kUpWarps, 0, up.data, up.row_bytes, r, H, lo.f32(), R.f32(), gamma, rinv.f32(), a.x->f32());
     });
     return;
   }

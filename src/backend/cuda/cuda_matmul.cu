@@ -16,6 +16,9 @@ namespace {
 
 constexpr int kMatvecWarps = 4;
 
+// Most threads of a decode product's block (balanced_threads: rows of 2,560 values take 160).
+constexpr int kGemvMaxThreads = 256;
+
 template <typename D, int TB>
 __global__ void matvec_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
                               const float* __restrict__ x, int T, float* __restrict__ out) {
@@ -68,13 +71,15 @@ struct GemvBatch {
   int n_segments;
 };
 
-// Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens.
+// Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens; the rows are prefetched into L2
+// before the wait on the previous kernel.
 template <typename U, int R, int TB>
-__global__ void __launch_bounds__(128) gemv_kernel(const GemvBatch b, int64_t K, const float* __restrict__ x, int T) {
-  grid_dependency_wait();
+__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b, int64_t K, const float* __restrict__ x, int T) {
   int s = 0;
   while (s + 1 < b.n_segments && blockIdx.x >= b.first_block[s + 1]) ++s;
   const int64_t N = b.n_rows[s], n0 = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * R;
+  prefetch_l2(b.data[s] + n0 * b.pitch[s], min(static_cast<int64_t>(R), N - n0) * b.pitch[s]);
+  grid_dependency_wait();
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? b.data[s] + (n0 + r) * b.pitch[s] : nullptr;
@@ -104,7 +109,7 @@ void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const
     b.out[i] = outs[i] + t0 * ms[i]->n_rows;
     b.first_block[i + 1] = b.first_block[i] + blocks_for(ms[i]->n_rows, R);
   }
-  launch(stream, "gemv_kernel", gemv_kernel<U, R, TB>, b.first_block[ms.size()], gemv_threads(K / kUnit), 0, b, K, x + t0 * K, T);
+  launch(stream, "gemv_kernel", gemv_kernel<U, R, TB>, b.first_block[ms.size()], balanced_threads(K / kUnit, kGemvMaxThreads), 0, b, K, x + t0 * K, T);
 }
 
 // Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond.

@@ -110,12 +110,14 @@ template <int R, int TB, int kPerLane>
 __global__ void __launch_bounds__(128)
     moe_router_kernel(SlotMatrix router, SlotMatrix gate_inp, int64_t K, int64_t E, const float* __restrict__ x, int T,
                       int64_t k, float* logits, float* s, int32_t* ids, float* weights, unsigned* finished) {
-  grid_dependency_wait();
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
   const uint8_t* rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
     rows[r] = n0 + r < E ? router.data + (n0 + r) * router.pitch : n0 + r == E ? gate_inp.data : nullptr;
+    if (rows[r]) prefetch_l2(rows[r], router.pitch);
+  }
+  grid_dependency_wait();
   float acc[R][TB] = {};
   dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc); });
   float sums[R * TB];
@@ -185,15 +187,23 @@ __global__ void __launch_bounds__(128)
     expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E,
                           const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
                           float* __restrict__ h) {
-  grid_dependency_wait();
   const int64_t slots = k + (gate.shared.data ? 1 : 0), pair = blockIdx.y, t = pair / slots, j = pair % slots;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  if (j == k && n < F) {  // the shared expert's rows do not wait for the routing
+    prefetch_l2(slot_row(gate, j, k, -1, E, F, n), gate.shared.pitch, lane, 32);
+    prefetch_l2(slot_row(up, j, k, -1, E, F, n), up.shared.pitch, lane, 32);
+  }
+  grid_dependency_wait();
   const int64_t e = j < k ? ids[t * k + j] : -1;
   const bool valid = j == k || (e >= 0 && e < E);
   if (n >= F) return;
   const uint8_t* rows[2] = {valid ? slot_row(gate, j, k, e, E, F, n) : nullptr,
                             valid ? slot_row(up, j, k, e, E, F, n) : nullptr};
+  if (j < k && valid) {
+    prefetch_l2(rows[0], gate.routed.pitch, lane, 32);
+    prefetch_l2(rows[1], up.routed.pitch, lane, 32);
+  }
   float acc[2][1] = {};
   dispatch_unit(j == k ? gate.shared.type : gate.routed.type, [&](auto unit) {
     gemv_accumulate<decltype(unit), 2, 1>(rows, K, x + t * K, K, 1, lane, 32, acc);
