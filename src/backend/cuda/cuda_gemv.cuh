@@ -110,17 +110,6 @@ __device__ __forceinline__ int k4_scale_byte(const uint4& h, int i) {
   return static_cast<int>((w >> (8 * (i % 4))) & 0xFFu);
 }
 
-// k4_scale_min (cuda_quant.cuh) from the header in registers.
-__device__ __forceinline__ void k4_scale_min(int j, const uint4& h, int& scale, int& min) {
-  if (j < 4) {
-    scale = k4_scale_byte(h, j) & 63;
-    min = k4_scale_byte(h, j + 4) & 63;
-  } else {
-    scale = (k4_scale_byte(h, j + 4) & 0xF) | ((k4_scale_byte(h, j - 4) >> 6) << 4);
-    min = (k4_scale_byte(h, j + 4) >> 4) | ((k4_scale_byte(h, j) >> 6) << 4);
-  }
-}
-
 // 16 units per 256-value block: unit v of a block holds 8 code bytes at qs[32g + l0] (g = v/4,
 // l0 = 8(v%4)): low nibbles are values 64g + l0 .. (sub-block 2g), high nibbles 64g + 32 + l0 ..
 // (sub-block 2g + 1). Blocks are 144 bytes, so each header is 16-byte aligned in a device row.
@@ -136,9 +125,10 @@ struct Unit<GgmlType::Q4_K> {
     uint2 q = __ldg(reinterpret_cast<const uint2*>(b->qs + 32 * g + (v % 4) * 8));
     const uint4 header = __ldg(reinterpret_cast<const uint4*>(b));
     const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
+    const auto scale_byte = [&](int i) { return k4_scale_byte(header, i); };
     int sc0, m0, sc1, m1;
-    k4_scale_min(2 * g, header, sc0, m0);
-    k4_scale_min(2 * g + 1, header, sc1, m1);
+    k4_scale_min(2 * g, scale_byte, sc0, m0);
+    k4_scale_min(2 * g + 1, scale_byte, sc1, m1);
     const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
     const uint32_t words[2] = {q.x, q.y};
 #pragma unroll

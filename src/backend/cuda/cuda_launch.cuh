@@ -4,8 +4,8 @@
 // (cuda_profile.cuh) brackets every kernel with events. Unattached, launch() is cudaLaunchKernel
 // with the arguments converted to the kernel's parameter types, and an error names the kernel.
 // A stream may also launch with programmatic dependent launch (sm_90+): each kernel may be
-// scheduled while its predecessor still runs, and every kernel starts with grid_dependency_wait()
-// (cuda_common.cuh), so none touches memory before its predecessor is complete.
+// scheduled while its predecessor still runs, and every kernel calls grid_dependency_wait()
+// (cuda_common.cuh) before it touches memory its predecessor may write.
 #pragma once
 
 #include <cuda_runtime.h>

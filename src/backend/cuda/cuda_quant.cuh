@@ -172,14 +172,16 @@ struct Dq<GgmlType::IQ4_XS> {
   }
 };
 
-// Q4_K/Q5_K sub-block j's 6-bit scale and min (quant/formats.h k4_scale_min).
-__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* s, int& scale, int& min) {
+// Q4_K/Q5_K sub-block j's 6-bit scale and min (quant/formats.h k4_scale_min), from the block's
+// 12 scale bytes as s(i): read from memory here, from registers by the unit loader (cuda_gemv.cuh).
+template <typename ScaleByte>
+__device__ __forceinline__ void k4_scale_min(int j, ScaleByte s, int& scale, int& min) {
   if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
+    scale = s(j) & 63;
+    min = s(j + 4) & 63;
   } else {
-    scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    scale = (s(j + 4) & 0xF) | ((s(j - 4) >> 6) << 4);
+    min = (s(j + 4) >> 4) | ((s(j) >> 6) << 4);
   }
 }
 
@@ -189,7 +191,7 @@ struct Dq<GgmlType::Q4_K> {
     const auto& b = reinterpret_cast<const quant::BlockQ4_K*>(row)[c / 8];
     const int j = static_cast<int>(c % 8);
     int sc, m;
-    k4_scale_min(j, b.scales, sc, m);
+    k4_scale_min(j, [&](int i) { return static_cast<int>(b.scales[i]); }, sc, m);
     const float d1 = f16(b.d) * sc, m1 = f16(b.dmin) * m;
     const uint8_t* q = b.qs + (j / 2) * 32;
     const int shift = (j % 2) * 4;
@@ -204,7 +206,7 @@ struct Dq<GgmlType::Q5_K> {
     const auto& b = reinterpret_cast<const quant::BlockQ5_K*>(row)[c / 8];
     const int j = static_cast<int>(c % 8);
     int sc, m;
-    k4_scale_min(j, b.scales, sc, m);
+    k4_scale_min(j, [&](int i) { return static_cast<int>(b.scales[i]); }, sc, m);
     const float d1 = f16(b.d) * sc, m1 = f16(b.dmin) * m;
     const uint8_t* q = b.qs + (j / 2) * 32;
     const int shift = (j % 2) * 4;
