@@ -369,9 +369,10 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
 //   |w − hi_w − lo_w|·|hi_x| + |hi_w|·|x − hi_x − lo_x| + |w − hi_w|·|x − hi_x|
 //   <= 2^-22·(1 + 2^-11)·|w||x|·2 + 2^-22·|w||x|  <  3.001·2^-22·|w||x|,
 // so each output may differ from the float64 product by 3.001·2^-22·Σ_k |w_k||x_k| plus FP32
-// accumulation (the matvec tolerance above). Weights in several types, K spanning many chunks and
-// one ending in a partial chunk, token counts around the 64-column tile, rows that leave a partial
-// tile, and activations with a few large channels.
+// accumulation (the matvec tolerance above). Weights in several types, K spanning many chunks (so
+// few tiles split K over several blocks, cuda_matmul.cu) and one ending in a partial chunk (one
+// split), token counts around the 64-column tile, rows that leave a partial tile, and activations
+// with a few large channels.
 TEST_F(CudaVsRef, MulMatTensorCoreWithinSplitTf32Bound) {
   struct Case {
     GgmlType type;

@@ -15,7 +15,8 @@
 // FP32 accumulators with an ordinary rounded add.
 //
 // Columns are addressed through x_row/out_row, so the same tile serves a plain product and the
-// token lists of grouped experts.
+// token lists of grouped experts. A tile may cover part of K (chunks [c_begin, c_end)): a product
+// with few tiles splits K over several blocks and sums their partial outputs (cuda_matmul.cu).
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
@@ -86,12 +87,12 @@ inline unsigned gemm_row_blocks(int64_t N) {
   return blocks_for(N, kGemmRows);
 }
 
-// out[out_row(c)·N + n] = W[n]·x[x_row(c)·K ..] for rows n0 .. n0+63 (< N) and columns c < n_cols.
-// x_vec4: x rows may be read 16 bytes at a time (K % 4 == 0 and x 16-byte aligned). Launch with
+// out[out_row(c)·N + n] = W[n]·x[x_row(c)·K ..] over the 32-value chunks [c_begin, c_end) of K (c_begin
+// a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols. x_vec4: x rows may be read 16 bytes at a time (K % 4 == 0 and x 16-byte aligned). Launch with
 // kGemmThreads threads and kGemmSharedBytes of dynamic shared memory.
 template <typename D, typename XRow, typename OutRow>
-__device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N, int64_t n0,
-                          int64_t n_cols, const float* __restrict__ x, XRow x_row, bool x_vec4,
+__device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,
+                          int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, const float* __restrict__ x, XRow x_row, bool x_vec4,
                           float* __restrict__ out, OutRow out_row) {
   using namespace gemm_detail;
   extern __shared__ __align__(16) float gemm_shared[];
@@ -105,14 +106,13 @@ __device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int
   __syncthreads();
 
   float acc[2][4][4] = {};  // [m16 tile][n8 tile][mma accumulator]
-  const int64_t n_chunks = (K + 31) / 32;
-  for (int64_t c0 = 0; c0 < n_chunks; c0 += kStepChunks) {
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kStepChunks) {
     // Weights: jobs tid and tid + 128 are (row job / 4, chunk c0 + job % 4); zeros outside W.
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const int job = tid + m * kGemmThreads, r = job / kStepChunks, q = job % kStepChunks;
       float v[32];
-      if (n0 + r < N && c0 + q < n_chunks) {
+      if (n0 + r < N && c0 + q < c_end) {
         D::chunk(W + (n0 + r) * row_bytes, c0 + q, K, v);
       } else {
 #pragma unroll
@@ -148,7 +148,7 @@ __device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int
 
 #pragma unroll 1
     for (int q = 0; q < kStepChunks; ++q) {
-      if (c0 + q >= n_chunks) break;
+      if (c0 + q >= c_end) break;
       const float* wq = Ws + q * kChunkPitch + t * 8;
       const float* xq = Xs + q * kChunkPitch + t * 8;
       float part[2][4][4] = {};

@@ -3,7 +3,8 @@
 // weights. One token with four streams and matrices that have unit loaders (decode) runs it as
 // two kernels, the norm folded into both by linearity: n = R·gamma·rinv_s on stream s, so a row's
 // product with n is Σ_s rinv_s·(row·gamma·R over stream s). The first kernel takes down and inject
-// rows and finds rinv_s along the way; the second takes up rows with the mix and forms n itself.
+// rows a stream at a time (those per-stream dots, and Σ R² per stream); the second combines them
+// into lo and the inject weights, then takes up rows with the mix and forms n itself.
 // Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
@@ -48,20 +49,11 @@ __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64
 
 // The decode path: one token with four streams.
 constexpr int kDecodeStreams = 4;
-// Down/inject rows per block of the decode kernel: one gives r + 4 blocks (324 for 132 SMs), so
-// each SM has a few blocks' loads in flight. On an H200 (H = 2560, Q8_0) that ran 8.2 µs, two rows
-// per block (162 blocks, most SMs with one) 11.4 µs, despite reading R and gamma half as often.
-constexpr int kDownRowsPerBlock = 1;
+// Down/inject rows per block of the decode kernel, which takes one stream's share of them: 81 × 4
+// blocks for an H200's 132 SMs at the model's 324 rows.
+constexpr int kDownRows = 4;
+constexpr int kDownMaxThreads = 256;
 constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
-
-// Stream (norm group) of position i of a W = 4·H row.
-__device__ __forceinline__ int stream_of(int64_t i, int64_t H) { return (i >= H) + (i >= 2 * H) + (i >= 3 * H); }
-
-// v[s] += a, with s known only at run time, without indexing a register array dynamically.
-__device__ __forceinline__ void add_to_stream(float* v, int s, float a) {
-#pragma unroll
-  for (int k = 0; k < kDecodeStreams; ++k) v[k] += k == s ? a : 0.0f;
-}
 
 // A run of 8 activations: gr[i] = gamma[i]·R[i]; returns Σ R[i]².
 __device__ __forceinline__ float load_scaled_run(const float* __restrict__ R, const float* __restrict__ gamma,
@@ -77,91 +69,85 @@ __device__ __forceinline__ float load_scaled_run(const float* __restrict__ R, co
   return sq;
 }
 
-// Decode: rows kRows·blockIdx.x + k of [down; inject] times the normed row n of R (W = 4·H), with
-// n = R·gamma·rinv_s on stream s. Each thread sums, per stream, row·gamma·R and R² over its units;
-// as the threads stride over all of R, every block finds rinv_s itself, and block 0 stores them for
-// hc_up_mix_kernel. A run of 8 values lies in one stream (H % 8 == 0), but a unit's two runs need
-// not (Q4_K's are 32 apart). Down rows give lo = silu(v/S), inject rows inject_w = 2·sigmoid(v/S).
+// Decode, split by stream: with n = R·gamma·rinv_s on stream s, a row's product with n is
+// Σ_s rinv_s·dot_s, dot_s = row·gamma·R over stream s. Block (i, s) finds dot_s of rows kRows·i ..
+// of [down; inject] over the units of stream s (units_follow_streams), so it reads a quarter of R
+// and gamma rather than all of them; part[s·n_rows + row] = dot_s, and blocks (0, s) store Σ R²
+// over stream s. hc_up_mix_kernel combines the four.
 template <typename U, int kRows>
-__global__ void __launch_bounds__(128) hc_down_inject_kernel(const uint8_t* __restrict__ down,
-                                                             const uint8_t* __restrict__ inject, uint64_t pitch,
-                                                             int64_t H, int64_t r, const float* __restrict__ R,
-                                                             const float* __restrict__ gamma, float eps,
-                                                             float* __restrict__ lo, float* __restrict__ inject_w,
-                                                             float* __restrict__ rinv_out) {
-  constexpr int S = kDecodeStreams, kSumSq = kRows * S;  // sums[k·S + s]: row k's dot; sums[kSumSq + s]: Σ R²
-  const int64_t W = S * H, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? S : 0);
+__global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
+    const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t pitch, int64_t H, int64_t r,
+    const float* __restrict__ R, const float* __restrict__ gamma, float* __restrict__ part, float* __restrict__ sumsq) {
+  const int64_t s = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? kDecodeStreams : 0);
   const uint8_t* rows[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = i0 + k;
     rows[k] = row >= n_rows ? nullptr : row < r ? down + row * pitch : inject + (row - r) * pitch;
-    if (rows[k]) prefetch_l2(rows[k], pitch);
+    if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
   }
   grid_dependency_wait();
-  float sums[kSumSq + S] = {};
-  // One unit at a time: on an H200 that ran 8.3 µs against 9.6 µs for two units per step.
+  float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
+  const int64_t u_end = (s + 1) * H / kUnit;
 #pragma unroll 1
-  for (int64_t u = threadIdx.x; u < W / kUnit; u += blockDim.x) {
+  for (int64_t u = s * H / kUnit + threadIdx.x; u < u_end; u += blockDim.x) {
     int64_t x0, x1;
     U::runs(u, x0, x1);
-    const int s0 = stream_of(x0, H), s1 = stream_of(x1, H);
     float gr[16];
-    // Once per unit, not per row, so that each value of R counts once.
-    add_to_stream(sums + kSumSq, s0, load_scaled_run(R + x0, gamma + x0, gr));
-    add_to_stream(sums + kSumSq, s1, load_scaled_run(R + x1, gamma + x1, gr + 8));
+    sums[kRows] += load_scaled_run(R + x0, gamma + x0, gr) + load_scaled_run(R + x1, gamma + x1, gr + 8);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
       if (rows[k] == nullptr) continue;
-      float w[16], d0 = 0.0f, d1 = 0.0f;
-      U::load(rows[k], u, W, w);
+      float w[16], d = 0.0f;
+      U::load(rows[k], u, kDecodeStreams * H, w);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) d0 = fmaf(w[i], gr[i], d0), d1 = fmaf(w[8 + i], gr[8 + i], d1);
-      add_to_stream(sums + k * S, s0, d0);
-      add_to_stream(sums + k * S, s1, d1);
+      for (int i = 0; i < 16; ++i) d = fmaf(w[i], gr[i], d);
+      sums[k] += d;
     }
   }
   block_reduce_to_first(sums);
   if (threadIdx.x != 0) return;
-  double rinv[S];  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
 #pragma unroll
-  for (int s = 0; s < S; ++s) rinv[s] = rsqrt(static_cast<double>(sums[kSumSq + s]) / H + static_cast<double>(eps));
-  if (blockIdx.x == 0)
-#pragma unroll
-    for (int s = 0; s < S; ++s) rinv_out[s] = static_cast<float>(rinv[s]);
-  const double inv_s = 1.0 / S;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int64_t row = i0 + k;
-    double v = 0;
-#pragma unroll
-    for (int s = 0; s < S; ++s) v += rinv[s] * sums[k * S + s];
-    if (row < r)
-      lo[row] = static_cast<float>(silu_d(v * inv_s));
-    else if (row < n_rows)
-      inject_w[row - r] = static_cast<float>(2.0 * sigmoid_d(v * inv_s));
-  }
+  for (int k = 0; k < kRows; ++k)
+    if (i0 + k < n_rows) part[s * n_rows + i0 + k] = sums[k];
+  if (blockIdx.x == 0) sumsq[s] = sums[kRows];
 }
 
 // Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d], a warp per position d (four to a
-// block; was a block per position), S = 4 streams, with n[s·H + d] = R·gamma·rinv_s (rinv from
-// hc_down_inject_kernel). The up rows are prefetched into L2 before the wait on the previous kernel.
+// block), S = 4 streams, n[s·H + d] = R·gamma·rinv_s. Every block first forms rinv_s from the
+// sums of squares and lo = silu(Σ_s rinv_s·part_s / S) (shared memory) from hc_down_inject_kernel's
+// per-stream dots; block 0 also writes the inject weights 2·sigmoid(Σ_s rinv_s·part_s / S). The
+// up rows are prefetched into L2 before the wait on the previous kernel.
 template <typename U>
-__global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restrict__ up, uint64_t pitch, int64_t r,
-                                                        int64_t H, const float* __restrict__ lo,
-                                                        const float* __restrict__ R, const float* __restrict__ gamma,
-                                                        const float* __restrict__ rinv, float* __restrict__ x) {
+__global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
+    const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps,
+    const float* __restrict__ part, const float* __restrict__ sumsq, const float* __restrict__ R,
+    const float* __restrict__ gamma, float* __restrict__ x, float* __restrict__ inject_w) {
   constexpr int S = kDecodeStreams;
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  extern __shared__ __align__(16) float lo[];  // [r]
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kUpWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (d >= H) return;
   const uint8_t* rows[S];
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    rows[s] = up + (s * H + d) * pitch;
-    prefetch_l2(rows[s], pitch, lane, 32);
+    rows[s] = d < H ? up + (s * H + d) * pitch : nullptr;
+    if (rows[s]) prefetch_l2(rows[s], pitch, lane, 32);
   }
   grid_dependency_wait();
+  double rinv[S];  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
+#pragma unroll
+  for (int s = 0; s < S; ++s) rinv[s] = rsqrt(static_cast<double>(sumsq[s]) / H + static_cast<double>(eps));
+  const auto mixed_row = [&](int64_t row) {
+    double v = 0;
+#pragma unroll
+    for (int s = 0; s < S; ++s) v += rinv[s] * part[s * n_rows + row];
+    return v / S;
+  };
+  for (int64_t i = threadIdx.x; i < r; i += blockDim.x) lo[i] = static_cast<float>(silu_d(mixed_row(i)));
+  if (blockIdx.x == 0 && inject_w && threadIdx.x < n_rows - r)
+    inject_w[threadIdx.x] = static_cast<float>(2.0 * sigmoid_d(mixed_row(r + threadIdx.x)));
+  __syncthreads();
+  if (d >= H) return;
   float acc[S][1] = {};
   gemv_accumulate<U, S, 1>(rows, r, lo, r, 1, lane, 32, acc);
   float m[S];
@@ -176,6 +162,10 @@ __global__ void __launch_bounds__(128) hc_up_mix_kernel(const uint8_t* __restric
   }
   x[d] = static_cast<float>(mix / S);
 }
+
+// Whether the units of a W = 4·H row (cuda_gemv.cuh) fall in streams in order: those of stream s
+// are [s·H/16, (s + 1)·H/16). Q4_K's units cover their 256-value block; the others 16 values.
+bool units_follow_streams(GgmlType type, int64_t H) { return H % (type == GgmlType::Q4_K ? 256 : kUnit) == 0; }
 
 // One block per (token, stream).
 __global__ void ple_gate_kernel(const float* key, const float* qry, const float* val, int64_t H, int64_t S,
@@ -202,17 +192,16 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   if (T == 0) return;
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
-  // H % 8 == 0: no run of 8 activations straddles two streams.
-  if (T == 1 && S == kDecodeStreams && H % 8 == 0 && has_unit_loader(down.type, W) && has_unit_loader(up.type, r) &&
-      (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
-    Tensor lo = scratch_f32(r), rinv = scratch_f32(kDecodeStreams);
-    const float* gamma = values(*a.norm);
+  if (T == 1 && S == kDecodeStreams && has_unit_loader(down.type, W) && units_follow_streams(down.type, H) &&
+      has_unit_loader(up.type, r) && (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
     const int64_t n_rows = r + (inject ? S : 0);
+    Tensor part = scratch_f32(S * n_rows), sumsq = scratch_f32(S);
+    const float* gamma = values(*a.norm);
     dispatch_unit(down.type, [&](auto unit) {
-      launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRowsPerBlock>, blocks_for(n_rows, kDownRowsPerBlock), gemv_threads(W / kUnit), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R.f32(), gamma, a.eps, lo.f32(), inject ? a.inject_w->f32() : nullptr, rinv.f32());
+      launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRows>, dim3(blocks_for(n_rows, kDownRows), kDecodeStreams), balanced_threads(H / kUnit, kDownMaxThreads), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R.f32(), gamma, part.f32(), sumsq.f32());
     });
     dispatch_unit(up.type, [&](auto unit) {
-      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, blocks_for(H, kUpWarps), 32 * kUpWarps, 0, up.data, up.row_bytes, r, H, lo.f32(), R.f32(), gamma, rinv.f32(), a.x->f32());
+      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, blocks_for(H, kUpWarps), 32 * kUpWarps, r * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, part.f32(), sumsq.f32(), R.f32(), gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr);
     });
     return;
   }

@@ -122,20 +122,50 @@ void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
     launch_gemv<U, 2, 4>(ms, outs, K, x, t0, static_cast<int>(std::min<int64_t>(4, T - t0)), stream);
 }
 
-// Grid (token tiles, row tiles).
+// Grid (token tiles, row tiles, K splits): split z covers chunks [z·split_chunks, (z + 1)·split_chunks)
+// and writes its partial product to out + z·T·N.
 template <typename D>
 __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
-    gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N, const float* __restrict__ x,
-                int64_t T, bool x_vec4, float* __restrict__ out) {
+    gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t split_chunks, int64_t N,
+                const float* __restrict__ x, int64_t T, bool x_vec4, float* __restrict__ out) {
   grid_dependency_wait();
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, c_begin = blockIdx.z * split_chunks;
+  const int64_t c_end = min(c_begin + split_chunks, (K + 31) / 32);
   gemm_tile<D>(
-      W, row_bytes, K, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, T - t0 < kGemmCols ? T - t0 : kGemmCols, x,
-      [=](int tt) { return t0 + tt; }, x_vec4, out, [=](int tt) { return t0 + tt; });
+      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(blockIdx.y) * kGemmRows,
+      T - t0 < kGemmCols ? T - t0 : kGemmCols, x, [=](int tt) { return t0 + tt; }, x_vec4, out + blockIdx.z * T * N,
+      [=](int tt) { return t0 + tt; });
+}
+
+// out[i] = Σ_z part[z·n + i] over the splits in order.
+__global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int splits, float* __restrict__ out) {
+  grid_dependency_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float s = part[i];
+  for (int z = 1; z < splits; ++z) s += part[z * n + i];
+  out[i] = s;
+}
+
+// K splits for a product of `tiles` blocks: one while the tiles fill the GPU (kGemmBlocksPerSm a
+// multiprocessor), else enough for about two waves, each split at least two stages long. Returns
+// the chunks per split, a multiple of the stage.
+int64_t split_chunks_for(int64_t tiles, int64_t K) {
+  static const int wave = [] {
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    return sms * kGemmBlocksPerSm;
+  }();
+  constexpr int64_t kStage = gemm_detail::kStepChunks;
+  const int64_t n_chunks = (K + 31) / 32;
+  const int64_t splits = tiles >= wave ? 1 : std::min((2 * wave + tiles - 1) / tiles, n_chunks / (2 * kStage));
+  if (splits <= 1) return n_chunks;
+  return ((n_chunks + splits - 1) / splits + kStage - 1) / kStage * kStage;
 }
 
 template <typename D>
-void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
+void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
   const int64_t N = w.n_rows, K = w.K;
   if (T <= kMatvecMaxTokens) {
     dim3 grid(blocks_for(N, kMatvecWarps)), block(32 * kMatvecWarps);
@@ -150,8 +180,13 @@ void launch_matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out,
       launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
   } else {
     [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, "gemm_kernel shared memory");
-    dim3 grid(blocks_for(T, kGemmCols), gemm_row_blocks(N));
-    launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, N, x, T, rows_vec4(x, K), out);
+    const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
+    const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K);
+    const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
+    Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
+    dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
+    launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, split_chunks, N, x, T, rows_vec4(x, K), splits > 1 ? part.f32() : out);
+    if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
   }
 }
 
@@ -165,7 +200,7 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
     dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(ms, outs, w.K, x, T, stream_); });
     return;
   }
-  bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(w, x, T, out, stream_); });
+  bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, w, x, T, out, stream_); });
   if (!ok) fail("cuda matmul: no decoder for ", type_name(w.type));
 }
 

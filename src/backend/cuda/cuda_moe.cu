@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
   const ExpertTile tile = tiles[blockIdx.x];
   const int32_t* pairs = list + tile.first;
   gemm_tile<D>(
-      W + tile.expert * N * row_bytes, row_bytes, K, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, tile.count, x,
+      W + tile.expert * N * row_bytes, row_bytes, K, 0, (K + 31) / 32, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, tile.count, x,
       [=](int c) { return static_cast<int64_t>(x_per_pair ? pairs[c] : pairs[c] / k); }, x_vec4, out,
       [=](int c) { return static_cast<int64_t>(pairs[c]); });
 }
