@@ -14,6 +14,15 @@ Tensor Tensor::reshaped(std::array<int64_t, 4> ne) const {
   return Tensor(dtype_, ne, storage_, offset_);
 }
 
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::I32: return "i32";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
 std::string Tensor::shape_string() const { return cat("{", ne_[0], ", ", ne_[1], ", ", ne_[2], ", ", ne_[3], "}"); }
 
 void expect_shape(const Tensor& t, std::array<int64_t, 4> ne, const char* op, const char* what) {
@@ -116,6 +125,8 @@ void check_gdn_scan(const GdnScanArgs& a, const char* op) {
   expect_shape(*a.g, {nv, T, 1, 1}, op, "g");
   expect_shape(*a.beta, {nv, T, 1, 1}, op, "beta");
   expect_shape(*a.state, {a.dv, a.dk, nv, 1}, op, "state");
+  if (a.state->dtype() != DType::F32 && a.state->dtype() != DType::BF16)
+    fail(op, ": the state is ", dtype_name(a.state->dtype()), ", not f32 or bf16");
   expect_shape(*a.out, {a.dv * nv, T, 1, 1}, op, "out");
 }
 

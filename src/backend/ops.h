@@ -27,7 +27,11 @@
 
 namespace regolith {
 
-enum class DType : uint8_t { F32, I32 };
+// BF16 holds only the GDN state when it is asked for (BackendOptions::gdn_state).
+enum class DType : uint8_t { F32, I32, BF16 };
+
+inline size_t dtype_bytes(DType t) { return t == DType::BF16 ? 2 : 4; }
+const char* dtype_name(DType t);
 
 // A tensor in a backend's memory. Copies share the storage; reshaped() is a view with the same
 // elements under another shape.
@@ -41,6 +45,7 @@ class Tensor {
   const std::array<int64_t, 4>& ne() const { return ne_; }
   int64_t ne(int i) const { return ne_[i]; }
   int64_t n_elements() const { return ne_[0] * ne_[1] * ne_[2] * ne_[3]; }
+  size_t n_bytes() const { return static_cast<size_t>(n_elements()) * dtype_bytes(dtype_); }
   bool empty() const { return storage_ == nullptr; }
   Tensor reshaped(std::array<int64_t, 4> ne) const;  // throws when the element count differs
   std::string shape_string() const;
@@ -48,6 +53,8 @@ class Tensor {
   // Raw access, for backends only (model code must not dereference: the memory may be a GPU's).
   float* f32() const { return static_cast<float*>(storage_.get()) + offset_; }
   int32_t* i32() const { return static_cast<int32_t*>(storage_.get()) + offset_; }
+  uint16_t* bf16() const { return static_cast<uint16_t*>(storage_.get()) + offset_; }
+  void* data() const { return static_cast<uint8_t*>(storage_.get()) + offset_ * dtype_bytes(dtype_); }
 
  private:
   DType dtype_ = DType::F32;
@@ -88,7 +95,8 @@ struct GdnScanArgs {
   const Tensor* qkv = nullptr;      // [2·nk·dk + nv·dv, T] conv output: q | k | v, head-major
   const Tensor* g = nullptr;        // [nv, T] log decay (<= 0)
   const Tensor* beta = nullptr;     // [nv, T]
-  Tensor* state = nullptr;          // [dv, dk, nv] S_h[i][j], i over k dims; read and updated
+  Tensor* state = nullptr;          // [dv, dk, nv] S_h[i][j], i over k dims; read and updated. F32, or
+                                    // BF16: rounded (via FP32) once at the end of every call
   Tensor* out = nullptr;            // [dv·nv, T]
   int64_t n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
   // v head h reads k/q head h % nk (the GGUF's tiled v-head order, model-spec §6.3 item 3).
@@ -285,6 +293,10 @@ class Backend {
 struct BackendOptions {
   std::string name = "auto";
   int n_threads = 0;
+  // Not the backend's but the engine's (Engine::open): the dtype sessions keep the GDN recurrent
+  // state in. BF16 halves that state's memory (a session, a cached prefix) and its traffic per
+  // decode step, at the cost of rounding it after every forward call.
+  DType gdn_state = DType::F32;
 };
 
 // Backends by name; throws naming an unknown backend and listing the known ones.

@@ -289,13 +289,13 @@ std::shared_ptr<const Qwen4ExpModel> Qwen4ExpModel::from_file(GgufFile file) {
   return m;
 }
 
-Qwen4ExpState Qwen4ExpModel::new_state(Backend& be) const {
+Qwen4ExpState Qwen4ExpModel::new_state(Backend& be, DType gdn_state) const {
   Qwen4ExpState st;
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Qwen4ExpLayerState ls;
     if (hp_.is_recurrent[il]) {
       ls.conv = be.alloc(DType::F32, {hp_.ssm_conv_dim(), hp_.ssm_conv_kernel - 1, 1, 1});
-      ls.ssm = be.alloc(DType::F32, {hp_.ssm_v_head_dim, hp_.ssm_k_head_dim, hp_.ssm_n_v_heads, 1});
+      ls.ssm = be.alloc(gdn_state, {hp_.ssm_v_head_dim, hp_.ssm_k_head_dim, hp_.ssm_n_v_heads, 1});
     }
     st.layers.push_back(std::move(ls));
   }

@@ -54,7 +54,7 @@ class Qwen4ExpModel {
   const Qwen4ExpWeights& weights() const { return w_; }
   const GgufFile& file() const { return file_; }
 
-  Qwen4ExpState new_state(Backend& be) const;
+  Qwen4ExpState new_state(Backend& be, DType gdn_state = DType::F32) const;  // gdn_state: F32 or BF16
 
   // Consumes `tokens` at positions state.n_past.. and returns logits [n_vocab, rows] (all tokens,
   // or the last one only). One call is one chunk: the caller splits long prompts.

@@ -7,12 +7,15 @@
 
 namespace regolith {
 
-Engine::Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend)
-    : model_(std::move(model)), backend_(std::move(backend)) {}
+Engine::Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend, DType gdn_state)
+    : model_(std::move(model)), backend_(std::move(backend)), gdn_state_(gdn_state) {
+  if (gdn_state != DType::F32 && gdn_state != DType::BF16)
+    fail("engine: the GDN state is kept in f32 or bf16, not ", dtype_name(gdn_state));
+}
 
 std::shared_ptr<Engine> Engine::open(const std::string& model_path, const BackendOptions& backend) {
   auto be = make_backend(backend);
-  return std::make_shared<Engine>(Qwen4ExpModel::load(model_path), std::move(be));
+  return std::make_shared<Engine>(Qwen4ExpModel::load(model_path), std::move(be), backend.gdn_state);
 }
 
 std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_view backend) {
@@ -22,7 +25,7 @@ std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_
 Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) { reset(); }
 
 void Session::reset() {
-  state_ = engine_->model().new_state(engine_->backend());
+  state_ = engine_->model().new_state(engine_->backend(), engine_->gdn_state());
   tokens_.clear();
 }
 

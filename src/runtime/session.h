@@ -17,17 +17,20 @@ namespace regolith {
 
 class Engine {
  public:
-  Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend);
+  Engine(std::shared_ptr<const Qwen4ExpModel> model, std::unique_ptr<Backend> backend,
+         DType gdn_state = DType::F32);
   static std::shared_ptr<Engine> open(const std::string& model_path, const BackendOptions& backend = {});
   static std::shared_ptr<Engine> open(const std::string& model_path, std::string_view backend);
 
   const Qwen4ExpModel& model() const { return *model_; }
   Backend& backend() const { return *backend_; }
+  DType gdn_state() const { return gdn_state_; }  // F32 or BF16 (BackendOptions::gdn_state)
   int64_t n_vocab() const { return model_->hparams().n_vocab; }
 
  private:
   std::shared_ptr<const Qwen4ExpModel> model_;
   std::unique_ptr<Backend> backend_;
+  DType gdn_state_;
 };
 
 struct EvalOptions {

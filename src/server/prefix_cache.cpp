@@ -96,13 +96,14 @@ std::vector<std::vector<int32_t>> PrefixCache::persistent_keys() const {
   return out;
 }
 
-size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens) {
+size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens, DType gdn_state) {
   int64_t capacity = 256;
   while (capacity < n_tokens) capacity = std::max(n_tokens, 2 * capacity);
-  int64_t floats = 0;
+  int64_t floats = 0, gdn_values = 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     if (hp.is_recurrent[il]) {
-      floats += hp.ssm_conv_dim() * (hp.ssm_conv_kernel - 1) + hp.ssm_v_head_dim * hp.ssm_k_head_dim * hp.ssm_n_v_heads;
+      floats += hp.ssm_conv_dim() * (hp.ssm_conv_kernel - 1);
+      gdn_values += hp.ssm_v_head_dim * hp.ssm_k_head_dim * hp.ssm_n_v_heads;
     } else {
       int64_t ratio = std::max<int64_t>(1, hp.compress_ratios[il]);
       floats += capacity * (2 * hp.head_dim * hp.n_head_kv + hp.indexer_head_dim);
@@ -110,7 +111,8 @@ size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens) {
     }
   }
   if (!hp.ple_layers.empty()) floats += hp.hc_dim() * (hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
-  return static_cast<size_t>(floats) * sizeof(float) + static_cast<size_t>(2 * n_tokens) * sizeof(int32_t) + 1024;
+  return static_cast<size_t>(floats) * sizeof(float) + static_cast<size_t>(gdn_values) * dtype_bytes(gdn_state) +
+         static_cast<size_t>(2 * n_tokens) * sizeof(int32_t) + 1024;
 }
 
 }  // namespace regolith::server

@@ -78,6 +78,6 @@ std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens);
 // Bytes a snapshot of `n_tokens` holds: the fixed recurrent state plus the QSA caches, which grow
 // by doubling from 256 token slots as Qwen4ExpState does. An estimate made from the hyperparameters
 // until the runtime reports a snapshot's size itself.
-size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens);
+size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens, DType gdn_state);
 
 }  // namespace regolith::server

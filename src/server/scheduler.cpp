@@ -509,7 +509,7 @@ void Scheduler::snapshot_into_cache(Sequence& seq, SnapshotPoint point, const st
   const Session& session = *slots_[static_cast<size_t>(seq.slot)].session;
   const std::vector<int32_t>& tokens = session.tokens();
   if (cache_.refresh(tokens, point)) return;
-  size_t bytes = estimate_snapshot_bytes(engine_->model().hparams(), static_cast<int64_t>(tokens.size()));
+  size_t bytes = estimate_snapshot_bytes(engine_->model().hparams(), static_cast<int64_t>(tokens.size()), engine_->gdn_state());
   if (bytes > cache_.budget()) return;
   cache_.insert(tokens, std::make_shared<const SessionSnapshot>(session.snapshot()), logits, bytes, point);
   ++metrics_.snapshots_taken;

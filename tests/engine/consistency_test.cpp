@@ -98,6 +98,36 @@ TEST_P(Consistency, RestoreThenContinueEqualsUninterrupted) {
   EXPECT_EQ(s.eval(b, {.chunk = 7}), want);
 }
 
+// A BF16 GDN state (BackendOptions::gdn_state): the state is rounded at the end of each forward
+// call, so the first call's logits equal the FP32 state's exactly; a restored checkpoint continues
+// bit for bit; later logits move. Measured on the ref backend: max |Δlogit| / max|logit| 2.0e-3
+// (F32 weights) and 4.0e-2 (Q8_0, at one position; most positions about 1e-3), no argmax change.
+// The bound, 0.1, is not the F32 tolerance: this option trades precision for memory.
+TEST_P(Consistency, Bf16GdnStateStaysNearTheF32State) {
+  auto bf16 = std::make_shared<Engine>(Qwen4ExpModel::load(engine_model(GetParam())), make_backend("ref"), DType::BF16);
+  Session s(bf16);
+  auto a = prompt(30, 5), b = prompt(12, 6);
+  std::vector<float> got = s.eval(a, {.chunk = 8});
+  SessionSnapshot snap = s.snapshot();
+  std::vector<float> tail = s.eval(b, {.chunk = 1});
+  got.insert(got.end(), tail.begin(), tail.end());
+  s.restore(snap);
+  EXPECT_EQ(s.eval(b, {.chunk = 1}), tail) << "restored BF16 session must continue bit for bit";
+
+  Session f32(engine_);
+  std::vector<float> want = f32.eval(a, {.chunk = 8}), want_tail = f32.eval(b, {.chunk = 1});
+  want.insert(want.end(), want_tail.begin(), want_tail.end());
+  const int64_t V = engine_->n_vocab(), first_call = 8 * V;
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + first_call, want.begin())) << "first call's logits differ";
+  LogitsDiff d = compare_logits(got, want, V);
+  std::printf("[consistency] %s bf16 GDN state: rel %.3e, argmax mismatches %lld\n", GetParam().c_str(), d.max_rel,
+              (long long)d.argmax_mismatches);
+  EXPECT_GT(d.max_rel, 0.0) << "the BF16 state changed nothing: is it rounded at all?";
+  EXPECT_LE(d.max_rel, 0.1);
+  EXPECT_EQ(d.argmax_mismatches, 0);
+  EXPECT_THROW(Engine(Qwen4ExpModel::load(engine_model(GetParam())), make_backend("ref"), DType::I32), Error);
+}
+
 TEST_P(Consistency, ResetStartsOver) {
   auto tokens = prompt(12);
   Session s(engine_);

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "backend/qsa_topk.h"
+#include "core/half.h"
 #include "op_bounds.h"
 
 namespace regolith::test {
@@ -103,6 +104,49 @@ TEST_P(ModelOps, GdnRecurrentAndChunkedMatchTheDeltaRule) {
       std::string what = std::string(chunked ? "gdn_chunked" : "gdn_recurrent") + " T=" + std::to_string(T);
       expect_close(be->read_f32(out), want, 2e-6, what + " out");
       expect_close(be->read_f32(st), S, 2e-6, what + " state");
+    }
+  }
+}
+
+// A BF16 state (BackendOptions::gdn_state) is the FP32 state rounded once per call: from the same
+// BF16-representable start, the outputs are identical and the final BF16 state is exactly the
+// FP32 run's final state rounded to BF16.
+TEST_P(ModelOps, GdnBf16StateIsTheF32StateRounded) {
+  GdnCase c;
+  const int64_t n = c.dk * c.dv * c.nv;
+  std::vector<uint16_t> s0_bits(n);
+  std::vector<float> s0(n);
+  const auto start = random_values(n, 8, 0.3f);
+  for (int64_t i = 0; i < n; ++i) s0_bits[i] = f32_to_bf16(start[i]), s0[i] = bf16_to_f32(s0_bits[i]);
+  for (int64_t T : {1, 5, 130}) {
+    auto qkv = random_values(c.C() * T, 30 + T);
+    std::vector<float> g(c.nv * T), beta(c.nv * T);
+    std::mt19937 rng(T);
+    std::uniform_real_distribution<float> u(0, 1);
+    for (auto& v : g) v = -2.0f * u(rng);
+    for (auto& v : beta) v = u(rng);
+    for (bool chunked : {false, true}) {
+      Tensor tq = upload(*be, qkv, {c.C(), T, 1, 1}), tg = upload(*be, g, {c.nv, T, 1, 1}),
+             tb = upload(*be, beta, {c.nv, T, 1, 1});
+      Tensor st32 = upload(*be, s0, {c.dv, c.dk, c.nv, 1}), st16 = be->alloc(DType::BF16, {c.dv, c.dk, c.nv, 1});
+      be->write(st16, s0_bits.data(), s0_bits.size() * sizeof(uint16_t));
+      std::vector<float> out[2];
+      int i = 0;
+      for (Tensor* st : {&st32, &st16}) {
+        Tensor o = be->alloc_f32(c.nv * c.dv, T);
+        GdnScanArgs a{.qkv = &tq, .g = &tg, .beta = &tb, .state = st, .out = &o, .n_k_heads = c.nk,
+                      .n_v_heads = c.nv, .dk = c.dk, .dv = c.dv};
+        chunked ? be->gdn_chunked(a) : be->gdn_recurrent(a);
+        out[i++] = be->read_f32(o);
+      }
+      const std::string what = std::string(chunked ? "gdn_chunked" : "gdn_recurrent") + " T=" + std::to_string(T);
+      EXPECT_EQ(out[0], out[1]) << what << ": outputs differ";
+      const auto s32 = be->read_f32(st32);
+      std::vector<uint16_t> s16(n);
+      be->read(st16, s16.data(), s16.size() * sizeof(uint16_t));
+      int64_t differ = 0;
+      for (int64_t k = 0; k < n; ++k) differ += s16[k] != f32_to_bf16(s32[k]);
+      EXPECT_EQ(differ, 0) << what << ": BF16 state values that are not the FP32 state rounded";
     }
   }
 }

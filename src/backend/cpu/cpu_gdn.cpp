@@ -1,11 +1,13 @@
 // CPU Gated DeltaNet (model-spec §4.4): gates, the recurrent step (decode), the chunked WY/UT
-// form (prefill) and the sigmoid-gated output norm. The state is FP32 throughout; v heads are
-// independent and split over threads. Per chunk the WY form is a handful of small matrix products
+// form (prefill) and the sigmoid-gated output norm. The state is computed in FP32 (a BF16 state is
+// widened per head for the call and rounded back at its end); v heads are independent and split
+// over threads. Per chunk the WY form is a handful of small matrix products
 // (kernels' mat and gemm_nn) around two triangular forward substitutions.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_util.h"
+#include "core/half.h"
 
 namespace regolith {
 
@@ -14,6 +16,22 @@ using namespace cpu;
 namespace {
 
 constexpr int64_t kChunk = 64;  // as ref; any size gives the same result
+
+// Head h's state as FP32: in place, or widened from BF16 into `wide`.
+float* head_state(const GdnScanArgs& a, int64_t h, std::vector<float>& wide) {
+  const int64_t n = a.dk * a.dv;
+  if (a.state->dtype() != DType::BF16) return a.state->f32() + h * n;
+  wide.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) wide[i] = bf16_to_f32(a.state->bf16()[h * n + i]);
+  return wide.data();
+}
+
+// Rounds a widened head state back into a BF16 state.
+void keep_head_state(const GdnScanArgs& a, int64_t h, const float* S) {
+  if (a.state->dtype() != DType::BF16) return;
+  const int64_t n = a.dk * a.dv;
+  for (int64_t i = 0; i < n; ++i) a.state->bf16()[h * n + i] = f32_to_bf16(S[i]);
+}
 
 // q (l2-normed, times 1/sqrt(dk)) and k (l2-normed) of v head h at token t.
 void load_qk(const Kernels& k, const GdnScanArgs& a, int64_t h, int64_t t, float* q, float* kk) {
@@ -109,15 +127,16 @@ void CpuBackend::gdn_recurrent(const GdnScanArgs& a) {
   check_gdn_scan(a, "gdn_recurrent");
   int64_t T = a.qkv->ne(1), dk = a.dk, dv = a.dv, nv = a.n_v_heads;
   pool_.parallel_for(nv, grain_for(nv, 4 * dk * dv * T, pool_.size()), [&](int64_t h0, int64_t h1) {
-    std::vector<float> q(dk), kk(dk);
+    std::vector<float> q(dk), kk(dk), wide;
     for (int64_t h = h0; h < h1; ++h) {
-      float* S = a.state->f32() + h * dk * dv;
+      float* S = head_state(a, h, wide);
       for (int64_t t = 0; t < T; ++t) {
         load_qk(k_, a, h, t, q.data(), kk.data());
         float decay = static_cast<float>(std::exp(static_cast<double>(a.g->f32()[t * nv + h])));
         k_.gdn_step(S, dk, dv, q.data(), kk.data(), v_of(a, h, t), decay, a.beta->f32()[t * nv + h],
                     a.out->f32() + t * nv * dv + h * dv);
       }
+      keep_head_state(a, h, S);
     }
   });
 }
@@ -129,8 +148,12 @@ void CpuBackend::gdn_chunked(const GdnScanArgs& a) {
   pool_.parallel_for(nv, grain_for(nv, head_cost, pool_.size()), [&](int64_t h0, int64_t h1) {
     ChunkScratch c;
     c.resize(std::min(kChunk, T), dk, dv);
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t c0 = 0; c0 < T; c0 += kChunk) gdn_chunk(k_, a, h, c0, std::min(kChunk, T - c0), a.state->f32() + h * dk * dv, c);
+    std::vector<float> wide;
+    for (int64_t h = h0; h < h1; ++h) {
+      float* S = head_state(a, h, wide);
+      for (int64_t c0 = 0; c0 < T; c0 += kChunk) gdn_chunk(k_, a, h, c0, std::min(kChunk, T - c0), S, c);
+      keep_head_state(a, h, S);
+    }
   });
 }
 

@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
   void upload_bytes(void* dst, const void* src, size_t bytes);
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
+  void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
 
  private:
   Tensor alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero);

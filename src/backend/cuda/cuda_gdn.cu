@@ -32,14 +32,41 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
 
 constexpr int kStepWarps = 8;
 
+// The state is FP32, or BF16 (BackendOptions::gdn_state): widened on load, and rounded to FP32 and
+// then to BF16 (nearest, ties to even, as core/half.h f32_to_bf16) on store.
+__device__ __forceinline__ double load_state(const float* p) { return *p; }
+__device__ __forceinline__ double load_state(const uint16_t* p) {
+  return __uint_as_float(static_cast<uint32_t>(*p) << 16);
+}
+__device__ __forceinline__ void store_state(float* p, double v) { *p = static_cast<float>(v); }
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+__device__ __forceinline__ void store_state(uint16_t* p, double v) { *p = bf16_bits(static_cast<float>(v)); }
+
+__global__ void widen_bf16_kernel(const uint16_t* in, int64_t n, float* out) {
+  grid_dependency_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(load_state(in + i));
+}
+
+__global__ void narrow_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
+  grid_dependency_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = bf16_bits(in[i]);
+}
+
 // Grid (nv, ceil(dv/32)), kStepWarps warps a block: lane l is value column j = 32·blockIdx.y + l,
 // warp w holds the key rows i ≡ w (mod kStepWarps) of those columns in registers, in FP64 as the
 // reference computes (kRows per thread bounds dk). Every row load is one 128-byte line, and the
 // 8 warps × kRows loads of a block are all in flight at once. The two sums over i (S^T k, S^T q)
 // are per-warp partials added in warp order through shared memory.
-template <int kRows>
+template <int kRows, typename State>
 __global__ void __launch_bounds__(kStepWarps * 32)
-    gdn_scan_kernel(const float* qkv, const float* g, const float* beta, float* state, float* out, int64_t T,
+    gdn_scan_kernel(const float* qkv, const float* g, const float* beta, State* state, float* out, int64_t T,
                     int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
   grid_dependency_wait();
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
@@ -49,12 +76,12 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   const int64_t h = blockIdx.x, kh = h % nk, j = static_cast<int64_t>(blockIdx.y) * 32 + lane;
   const bool active = j < dv;
   const int64_t C = 2 * nk * dk + nv * dv;
-  float* Sh = state + h * dk * dv;  // [dk][dv]
+  State* Sh = state + h * dk * dv;  // [dk][dv]
   double S[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = warp + r * kStepWarps;
-    S[r] = active && i < dk ? static_cast<double>(Sh[i * dv + j]) : 0.0;
+    S[r] = active && i < dk ? load_state(Sh + i * dv + j) : 0.0;
   }
   const double q_scale = 1.0 / sqrt(static_cast<double>(dk));
   for (int64_t t = 0; t < T; ++t) {
@@ -122,7 +149,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = warp + r * kStepWarps;
-    if (active && i < dk) Sh[i * dv + j] = static_cast<float>(S[r]);
+    if (active && i < dk) store_state(Sh + i * dv + j, S[r]);
   }
 }
 
@@ -144,7 +171,10 @@ __global__ void gated_rms_norm_kernel(const float* x, const float* z, const floa
 template <int kRows>
 void launch_scan_rows(const GdnScanArgs& a, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
-  launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
+  if (a.state->dtype() == DType::BF16)
+    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, uint16_t>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->bf16(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
+  else
+    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, float>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
 }
 
 void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
@@ -435,13 +465,28 @@ void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
   OpScope scope(profiler_, "gdn_chunked", a.qkv->ne(1), stream_);
   check_gdn_scan(a, "gdn_chunked");
-  const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
-  if (T == 0) return;
-  const size_t prep_bytes = prep_shared_bytes(dk, dv), pass_bytes = pass_shared_bytes(dk);
+  if (a.qkv->ne(1) == 0) return;
+  const size_t prep_bytes = prep_shared_bytes(a.dk, a.dv), pass_bytes = pass_shared_bytes(a.dk);
   int device = 0, max_shared = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory limit");
   if (std::max(prep_bytes, pass_bytes) > static_cast<size_t>(max_shared)) return launch_scan(a, stream_);
+  if (a.state->dtype() == DType::BF16) {  // the state pass carries FP32: widen, scan, round back once
+    const int64_t n = a.state->n_elements();
+    Tensor wide = scratch_f32(n).reshaped(a.state->ne());
+    launch(stream_, "widen_bf16_kernel", widen_bf16_kernel, blocks_for(n, kThreads), kThreads, 0, a.state->bf16(), n, wide.f32());
+    GdnScanArgs f32_state = a;
+    f32_state.state = &wide;
+    chunked_scan(f32_state, prep_bytes, pass_bytes);
+    launch(stream_, "narrow_bf16_kernel", narrow_bf16_kernel, blocks_for(n, kThreads), kThreads, 0, wide.f32(), n, a.state->bf16());
+    return;
+  }
+  chunked_scan(a, prep_bytes, pass_bytes);
+}
+
+// gdn_chunked's kernels with an FP32 state, after the checks.
+void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes) {
+  const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
   allow_shared(gdn_chunk_prep_kernel, prep_bytes, "gdn_chunk_prep_kernel shared memory");
   allow_shared(gdn_state_pass_kernel, pass_bytes, "gdn_state_pass_kernel shared memory");
 

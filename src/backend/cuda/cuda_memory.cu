@@ -154,7 +154,7 @@ void CudaBackend::flush() {
 Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero) {
   int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
   if (n < 0 || ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
-  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * 4, rounded = 0;
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_bytes(dtype), rounded = 0;
   void* p = pool_->get(bytes, rounded);
   if (zero) memset_async(p, bytes, stream_);
   std::shared_ptr<DevicePool> pool = pool_;
@@ -198,14 +198,14 @@ const void* CudaBackend::cached_upload_bytes(const void* src, size_t bytes) {
 }
 
 void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
-  if (bytes > static_cast<size_t>(dst.n_elements()) * 4) fail("write: ", bytes, " bytes into ", dst.shape_string());
-  upload_bytes(dst.f32(), src, bytes);
+  if (bytes > dst.n_bytes()) fail("write: ", bytes, " bytes into ", dst.shape_string());
+  upload_bytes(dst.data(), src, bytes);
 }
 
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
-  if (bytes > static_cast<size_t>(src.n_elements()) * 4) fail("read: ", bytes, " bytes from ", src.shape_string());
+  if (bytes > src.n_bytes()) fail("read: ", bytes, " bytes from ", src.shape_string());
   flush();
-  check(cudaMemcpyAsync(dst, src.f32(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
+  check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
   check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
   profiler_.collect();
   staging_head_ = 0;  // every staged upload has landed
@@ -218,9 +218,12 @@ void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t 
     fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
          dst.shape_string(), " is out of bounds");
   if (n == 0) return;
-  if (n >= (int64_t{1} << 20)) {  // large (a cache growing, bench's copy bandwidth): the copy engine's pace
-    memcpy_async(dst.f32() + dst_off, src.f32() + src_off, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice,
-                 stream_, "copy");
+  // Large (a cache growing, bench's copy bandwidth) or not FP32-sized: the copy engine.
+  const size_t size = dtype_bytes(src.dtype());
+  if (n >= (int64_t{1} << 20) || size != sizeof(float)) {
+    memcpy_async(static_cast<uint8_t*>(dst.data()) + dst_off * size,
+                 static_cast<const uint8_t*>(src.data()) + src_off * size, static_cast<size_t>(n) * size,
+                 cudaMemcpyDeviceToDevice, stream_, "copy");
     return;
   }
   launch(stream_, "copy_kernel", copy_kernel, blocks_for(n, 256), 256, 0, src.f32() + src_off, dst.f32() + dst_off, n);

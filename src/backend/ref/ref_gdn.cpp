@@ -1,10 +1,11 @@
 // Reference Gated DeltaNet (model-spec §4.4): gates, the token-by-token delta rule and the chunked
-// WY/UT form of the same recurrence, and the sigmoid-gated output norm. The state is FP32 between
-// calls; inside a call every head is computed in FP64.
+// WY/UT form of the same recurrence, and the sigmoid-gated output norm. The state is FP32 (or BF16)
+// between calls; inside a call every head is computed in FP64.
 #include <cmath>
 
 #include "backend/ref/ref_backend.h"
 #include "backend/ref/ref_util.h"
+#include "core/half.h"
 
 namespace regolith {
 
@@ -48,13 +49,26 @@ HeadInputs head_inputs(const GdnScanArgs& a, int64_t h) {
 }
 
 std::vector<double> load_state(const GdnScanArgs& a, int64_t h) {
-  const float* s = a.state->f32() + h * a.dk * a.dv;
-  return std::vector<double>(s, s + a.dk * a.dv);
+  const int64_t n = a.dk * a.dv;
+  if (a.state->dtype() == DType::BF16) {
+    std::vector<double> S(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) S[i] = bf16_to_f32(a.state->bf16()[h * n + i]);
+    return S;
+  }
+  const float* s = a.state->f32() + h * n;
+  return std::vector<double>(s, s + n);
 }
 
+// Rounded to FP32, and then to BF16 for a BF16 state.
 void store_state(const GdnScanArgs& a, int64_t h, const std::vector<double>& S) {
-  float* s = a.state->f32() + h * a.dk * a.dv;
-  for (size_t i = 0; i < S.size(); ++i) s[i] = static_cast<float>(S[i]);
+  const int64_t n = a.dk * a.dv;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(S[i]);
+    if (a.state->dtype() == DType::BF16)
+      a.state->bf16()[h * n + i] = f32_to_bf16(v);
+    else
+      a.state->f32()[h * n + i] = v;
+  }
 }
 
 }  // namespace
