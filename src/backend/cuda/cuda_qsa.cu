@@ -78,35 +78,43 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 }
 
 // One block per query row: the top k blocks (ties to the lower index), ascending, then the tail.
-__global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scores, const int64_t* positions,
-                                                              int64_t ratio, int64_t top_blocks, int64_t nb_max,
-                                                              int64_t max_sel, int32_t* sel, int32_t* n_sel) {
+// Decode has one row, so the block is as wide as a block gets: at 32K context each pass reads the
+// row's 8,192 scores.
+constexpr int kChooseThreads = 1024;
+__global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* scores, const int64_t* positions,
+                                                                    int64_t ratio, int64_t top_blocks, int64_t nb_max,
+                                                                    int64_t max_sel, int32_t* sel, int32_t* n_sel) {
   grid_dependency_wait();
-  using Scan = cub::BlockScan<int, kThreads>;
+  using Scan = cub::BlockScan<int, kChooseThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ unsigned hist[256];
   __shared__ uint64_t s_prefix;
   __shared__ int64_t s_remaining;
+  __shared__ bool s_done;
   const int64_t t = blockIdx.x, p = positions[t], nb = (p + 1) / ratio, k = min(top_blocks, nb);
   const double* sc = scores + t * nb_max;
   int32_t* out = sel + t * max_sel;
   const int tid = threadIdx.x;
 
-  // Radix select, 8 bits a pass from the top: tau = the k-th largest key, and how many of the
-  // blocks whose key equals tau are still to be taken.
+  // Radix select, 8 bits a pass from the top: tau = the k-th largest key under `mask`, and how
+  // many of the blocks whose masked key equals tau are still to be taken. A pass whose digit
+  // bucket is needed whole ends the search: every key with that prefix is taken, so the lower
+  // bits need not be looked at (mask then covers the bits examined so far).
   if (tid == 0) {
     s_prefix = 0;
     s_remaining = k;
+    s_done = false;
   }
   __syncthreads();
   const bool take_all = k >= nb;
+  uint64_t mask = ~0ull;
   if (!take_all && k > 0) {
-    uint64_t mask = 0;
+    mask = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
+      for (int i = tid; i < 256; i += kChooseThreads) hist[i] = 0;
       __syncthreads();
       const uint64_t prefix = s_prefix;
-      for (int64_t b = tid; b < nb; b += kThreads) {
+      for (int64_t b = tid; b < nb; b += kChooseThreads) {
         uint64_t key = score_key(sc[b]);
         if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
       }
@@ -133,6 +141,7 @@ __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scor
             if (cum + c >= remaining) {
               s_prefix |= static_cast<uint64_t>(top - i) << shift;
               s_remaining = remaining - cum;
+              s_done = c == remaining - cum;
               break;
             }
             cum += c;
@@ -141,17 +150,18 @@ __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scor
       }
       mask |= 0xFFull << shift;
       __syncthreads();
+      if (s_done) break;
     }
   }
   const uint64_t tau = s_prefix;
   const int64_t need_eq = s_remaining;
 
-  // Blocks in index order: every key above tau, and the first need_eq keys equal to it.
+  // Blocks in index order: every masked key above tau, and the first need_eq keys equal to it.
   int64_t taken = 0, eq_seen = 0;
-  for (int64_t base = 0; base < nb && k > 0; base += kThreads) {
+  for (int64_t base = 0; base < nb && k > 0; base += kChooseThreads) {
     const int64_t b = base + tid;
     const bool valid = b < nb;
-    const uint64_t key = valid ? score_key(sc[b]) : 0;
+    const uint64_t key = valid ? score_key(sc[b]) & mask : 0;
     const int gt = valid && (take_all || key > tau), eq = valid && !take_all && key == tau;
     int eq_before, eq_total;
     Scan(scan_storage).ExclusiveSum(eq, eq_before, eq_total);
@@ -166,8 +176,8 @@ __global__ void __launch_bounds__(kThreads) qsa_choose_kernel(const double* scor
     eq_seen += eq_total;
   }
   const int64_t n_tail = p + 1 - nb * ratio, n_total = k * ratio + n_tail;
-  for (int64_t i = tid; i < n_tail; i += kThreads) out[k * ratio + i] = static_cast<int32_t>(nb * ratio + i);
-  for (int64_t i = n_total + tid; i < max_sel; i += kThreads) out[i] = -1;
+  for (int64_t i = tid; i < n_tail; i += kChooseThreads) out[k * ratio + i] = static_cast<int32_t>(nb * ratio + i);
+  for (int64_t i = n_total + tid; i < max_sel; i += kChooseThreads) out[i] = -1;
   if (tid == 0) n_sel[t] = static_cast<int32_t>(n_total);
 }
 
@@ -377,7 +387,7 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
     dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kThreads / 32));
     launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
   }
-  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
+  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
