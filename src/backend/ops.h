@@ -54,7 +54,9 @@ class Tensor {
   float* f32() const { return static_cast<float*>(storage_.get()) + offset_; }
   int32_t* i32() const { return static_cast<int32_t*>(storage_.get()) + offset_; }
   uint16_t* bf16() const { return static_cast<uint16_t*>(storage_.get()) + offset_; }
-  void* data() const { return static_cast<uint8_t*>(storage_.get()) + offset_ * dtype_bytes(dtype_); }
+  void* data(int64_t element = 0) const {  // where element `element` begins, any dtype
+    return static_cast<uint8_t*>(storage_.get()) + (offset_ + element) * dtype_bytes(dtype_);
+  }
 
  private:
   DType dtype_ = DType::F32;

@@ -33,24 +33,16 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
 constexpr int kStepWarps = 8;
 
 // The state is FP32, or BF16 (BackendOptions::gdn_state): widened on load, and rounded to FP32 and
-// then to BF16 (nearest, ties to even, as core/half.h f32_to_bf16) on store.
+// then to BF16 on store.
 __device__ __forceinline__ double load_state(const float* p) { return *p; }
-__device__ __forceinline__ double load_state(const uint16_t* p) {
-  return __uint_as_float(static_cast<uint32_t>(*p) << 16);
-}
+__device__ __forceinline__ double load_state(const uint16_t* p) { return bf16(*p); }
 __device__ __forceinline__ void store_state(float* p, double v) { *p = static_cast<float>(v); }
-__device__ __forceinline__ uint16_t bf16_bits(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 __device__ __forceinline__ void store_state(uint16_t* p, double v) { *p = bf16_bits(static_cast<float>(v)); }
 
 __global__ void widen_bf16_kernel(const uint16_t* in, int64_t n, float* out) {
   grid_dependency_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = static_cast<float>(load_state(in + i));
+  if (i < n) out[i] = bf16(in[i]);
 }
 
 __global__ void narrow_bf16_kernel(const float* in, int64_t n, uint16_t* out) {

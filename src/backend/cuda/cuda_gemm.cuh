@@ -87,13 +87,14 @@ inline unsigned gemm_row_blocks(int64_t N) {
   return blocks_for(N, kGemmRows);
 }
 
-// out[out_row(c)·N + n] = W[n]·x[x_row(c)·K ..] over the 32-value chunks [c_begin, c_end) of K (c_begin
-// a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols. x_vec4: x rows may be read 16 bytes at a time (K % 4 == 0 and x 16-byte aligned). Launch with
+// out[out_row(c)·N + n] = W[n]·x[x_row(c)·K ..] over the 32-value chunks [c_begin, c_end) of K
+// (c_begin a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols.
+// x_vec4: x rows may be read 16 bytes at a time (K % 4 == 0 and x 16-byte aligned). Launch with
 // kGemmThreads threads and kGemmSharedBytes of dynamic shared memory.
 template <typename D, typename XRow, typename OutRow>
 __device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,
-                          int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, const float* __restrict__ x, XRow x_row, bool x_vec4,
-                          float* __restrict__ out, OutRow out_row) {
+                          int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, const float* __restrict__ x,
+                          XRow x_row, bool x_vec4, float* __restrict__ out, OutRow out_row) {
   using namespace gemm_detail;
   extern __shared__ __align__(16) float gemm_shared[];
   float* Ws = gemm_shared;                 // [64 rows][kRowPitch]

@@ -221,9 +221,8 @@ void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t 
   // Large (a cache growing, bench's copy bandwidth) or not FP32-sized: the copy engine.
   const size_t size = dtype_bytes(src.dtype());
   if (n >= (int64_t{1} << 20) || size != sizeof(float)) {
-    memcpy_async(static_cast<uint8_t*>(dst.data()) + dst_off * size,
-                 static_cast<const uint8_t*>(src.data()) + src_off * size, static_cast<size_t>(n) * size,
-                 cudaMemcpyDeviceToDevice, stream_, "copy");
+    memcpy_async(dst.data(dst_off), src.data(src_off), static_cast<size_t>(n) * size, cudaMemcpyDeviceToDevice, stream_,
+                 "copy");
     return;
   }
   launch(stream_, "copy_kernel", copy_kernel, blocks_for(n, 256), 256, 0, src.f32() + src_off, dst.f32() + dst_off, n);

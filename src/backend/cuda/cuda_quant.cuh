@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "core/ggml_type.h"
 #include "quant/blocks.h"
 #include "quant/iq_grids.h"
@@ -21,7 +22,6 @@
 namespace regolith::cuda {
 
 __device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 
 // ggml's IQ4_NL grid (ggml-common.h kvalues_iq4nl), the same data as src/quant/iq_grids.cpp.
 static __device__ __constant__ const int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

@@ -30,9 +30,7 @@ void RefBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t d
   if (n < 0 || src_off < 0 || dst_off < 0 || src_off + n > src.n_elements() || dst_off + n > dst.n_elements())
     fail("copy: range [", src_off, ", +", n, ") of ", src.shape_string(), " to [", dst_off, ", +", n, ") of ",
          dst.shape_string(), " is out of bounds");
-  const size_t size = dtype_bytes(src.dtype());
-  std::memmove(static_cast<uint8_t*>(dst.data()) + dst_off * size, static_cast<const uint8_t*>(src.data()) + src_off * size,
-               static_cast<size_t>(n) * size);
+  std::memmove(dst.data(dst_off), src.data(src_off), static_cast<size_t>(n) * dtype_bytes(src.dtype()));
 }
 
 }  // namespace regolith
