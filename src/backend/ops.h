@@ -299,6 +299,10 @@ struct BackendOptions {
   // state in. BF16 halves that state's memory (a session, a cached prefix) and its traffic per
   // decode step, at the cost of rounding it after every forward call.
   DType gdn_state = DType::F32;
+  // CUDA: prefill products with quantized weights keep FP32 activations (split-TF32 tensor cores)
+  // instead of rounding them to Q8_0/Q8_K for the int8 tensor cores, as llama.cpp's do. Slower;
+  // the products are then within FP32 rounding of the dequantized weights' (cuda_gemm.cuh).
+  bool exact_products = false;
 };
 
 // Backends by name; throws naming an unknown backend and listing the known ones.

@@ -22,7 +22,7 @@ const BackendEntry kBackends[] = {
     {"cpu",
      [](const BackendOptions& o) { return std::unique_ptr<Backend>(new CpuBackend({.n_threads = o.n_threads})); }},
 #ifdef REGOLITH_HAS_CUDA
-    {"cuda", [](const BackendOptions&) { return make_cuda_backend(); }},
+    {"cuda", [](const BackendOptions& options) { return make_cuda_backend(options); }},
 #endif
 };
 
@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.name == "auto") {
 #ifdef REGOLITH_HAS_CUDA
     try {
-      return make_cuda_backend();
+      return make_cuda_backend(options);
     } catch (const Error&) {
       // No usable GPU (no driver, no device): the CPU backend.
     }

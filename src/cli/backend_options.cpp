@@ -16,6 +16,9 @@ void add_backend_options(CLI::App* cmd, BackendOptions& options, const std::stri
          "GDN recurrent state: f32, or bf16 (half the memory, rounded after every forward call)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->default_str("f32");
+  cmd->add_flag("--exact-products", options.exact_products,
+                "cuda: prefill products with quantized weights keep FP32 activations (slower; default: "
+                "activations rounded to Q8_0/Q8_K for the int8 tensor cores, as llama.cpp rounds them)");
 }
 
 }  // namespace regolith::cli

@@ -1,12 +1,16 @@
 // The CUDA backend against the reference backend on the sizes its kernels special-case: matvec
 // (1..8 tokens) versus tiled GEMM (more), every weight type (each read through its device
-// decoder), rows ending in a partial 32-value chunk, QSA selection over several scan
+// decoder), the int8 tile (its products against the reference's on activations rounded as
+// quant rounds them) and the split-TF32 tile (the backend with exact_products), rows ending in a
+// partial 32-value chunk, QSA selection over several scan
 // chunks with many exactly tied scores (the chosen blocks must be identical), GDN with value heads
 // that do not fill a warp, MoE over many tokens. Skips without a device.
 #include <cmath>
 #include <cstdio>
 
+#include "op_bounds.h"
 #include "op_test_util.h"
+#include "quant/rows.h"
 
 namespace regolith::test {
 namespace {
@@ -18,10 +22,33 @@ class CudaVsRef : public ::testing::Test {
     cuda = backend_or_skip_reason("cuda", reason);
     if (!cuda) GTEST_SKIP() << reason;
     ref = make_backend("ref");
+    cuda_exact = make_backend(BackendOptions{.name = "cuda", .exact_products = true});
   }
   std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
   std::unique_ptr<Backend> cuda, ref;
+  std::unique_ptr<Backend> cuda_exact;  // prefill products of quantized weights on FP32 activations
 };
+
+// The weight types whose prefill products run on the int8 tile (cuda_gemm_int8.cuh).
+bool on_int8_tile(GgmlType type) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q4_K,
+                     GgmlType::Q5_K})
+    if (t == type) return true;
+  return false;
+}
+
+// x's rows of K rounded to the activation format quant pairs with weight_type (Q8_0 or Q8_K),
+// as the int8 tile reads them.
+std::vector<float> rounded_activations(GgmlType weight_type, const std::vector<float>& x, int64_t K) {
+  const GgmlType format = quant::activation_type(weight_type);
+  std::vector<uint8_t> q(row_bytes(format, K));
+  std::vector<float> out(x.size());
+  for (size_t r = 0; r < x.size(); r += K) {
+    quant::quantize_activations(weight_type, x.data() + r, K, q.data());
+    dequantize_row(format, q.data(), K, out.data() + r);
+  }
+  return out;
+}
 
 // Prints the worst error relative to max(1, max|ref|) (the figure expect_close bounds), then checks it.
 void report_close(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
@@ -47,11 +74,17 @@ TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
     auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 3, 0.2f));
     for (int64_t T : {1, 2, 3, 5, 8, 9, 70}) {
       auto x = random_values(K * T, 100 + T);
-      Tensor oc = cuda->alloc_f32(N, T), orf = ref->alloc_f32(N, T);
+      const bool int8 = T > 8 && on_int8_tile(type);
+      Tensor oc = cuda->alloc_f32(N, T), oe = cuda_exact->alloc_f32(N, T), orf = ref->alloc_f32(N, T),
+             orr = ref->alloc_f32(N, T);
       cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
+      cuda_exact->mul_mat(w->w, upload(*cuda_exact, x, {K, T, 1, 1}), oe);
       ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
-      report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
-                   std::string(type_name(type)) + " T=" + std::to_string(T));
+      const std::string what = std::string(type_name(type)) + " T=" + std::to_string(T);
+      report_close(cuda_exact->read_f32(oe), widen(ref->read_f32(orf)), matmul_tolerance(K), what + " exact");
+      if (int8) ref->mul_mat(w->w, upload(*ref, rounded_activations(type, x, K), {K, T, 1, 1}), orr);
+      report_close(cuda->read_f32(oc), widen(ref->read_f32(int8 ? orr : orf)), matmul_tolerance(K),
+                   what + (int8 ? " int8" : ""));
     }
   }
 }
@@ -155,10 +188,12 @@ TEST_F(CudaVsRef, MoeManyTokensKQuants) {
   auto logits = random_values(E * T, 93, 2.0f);
   logits[E + 2] = logits[E + 4] = 9.0f;  // a tie at the top of row 1
   auto x = random_values(H * T, 94);
-  MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+  MoeRun c = run_moe(*cuda_exact, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
   EXPECT_EQ(c.ids, r.ids);
   report_close(c.weights, widen(r.weights), 1e-6, "moe_route weights");
   report_close(c.out, widen(r.out), matmul_tolerance(H + F), "moe_experts");
+  MoeRun i8 = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T);  // Q4_K gate and Q8_0 down on the int8 tile
+  expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k), "moe_experts int8");
 }
 
 // Routing holds each warp's logits in registers, 2, 16 or 64 per lane by the number of experts:
@@ -240,7 +275,11 @@ TEST_F(CudaVsRef, MulMatSharedInput) {
     cuda->mul_mat_shared_input(wp, xc, op);
     for (size_t i = 0; i < ws.size(); ++i) {
       Tensor orf = ref->alloc_f32(ws[i]->w.ne[1], T);
-      ref->mul_mat(ws[i]->w, xr, orf);
+      const GgmlType type = ws[i]->w.type;
+      if (T > 8 && on_int8_tile(type))
+        ref->mul_mat(ws[i]->w, upload(*ref, rounded_activations(type, x, K), {K, T, 1, 1}), orf);
+      else
+        ref->mul_mat(ws[i]->w, xr, orf);
       report_close(cuda->read_f32(oc[i]), widen(ref->read_f32(orf)), matmul_tolerance(K),
                    "shared input " + std::to_string(i) + " " + std::string(type_name(ws[i]->w.type)) +
                        " T=" + std::to_string(T));
@@ -389,9 +428,9 @@ TEST_F(CudaVsRef, MulMatTensorCoreWithinSplitTf32Bound) {
       auto x = random_values(c.K * T, 12 + T);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 3; k < c.K; k += 97) x[t * c.K + k] *= 300.0f;  // a few large channels
-      Tensor out = cuda->alloc_f32(N, T);
-      cuda->mul_mat(w->w, upload(*cuda, x, {c.K, T, 1, 1}), out);
-      const auto got = cuda->read_f32(out);
+      Tensor out = cuda_exact->alloc_f32(N, T);
+      cuda_exact->mul_mat(w->w, upload(*cuda_exact, x, {c.K, T, 1, 1}), out);
+      const auto got = cuda_exact->read_f32(out);
       std::vector<double> want(N * T), mass(N * T);  // W·x and Σ|w||x| in float64
       double scale = 1;
       for (int64_t t = 0; t < T; ++t)
@@ -436,9 +475,46 @@ TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
   }
   logits[7 * E + 31] = 40.0f;  // ... except expert 31, once
   auto x = random_values(H * T, 99);
-  MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+  MoeRun c = run_moe(*cuda_exact, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
   EXPECT_EQ(c.ids, r.ids);
   report_close(c.out, widen(r.out), matmul_tolerance(H + F), "moe_experts grouped E=40");
+  MoeRun i8 = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T);  // Q8_0 gate and Q4_K down on the int8 tile
+  EXPECT_EQ(i8.ids, r.ids);
+  expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k), "moe_experts grouped int8");
+}
+
+// The int8 tile against the float64 product of the dequantized weights with the activations
+// rounded as quant rounds them (Q8_0 or Q8_K): equal up to FP32 accumulation, so a code or scale
+// off anywhere shows. K of 20 stages (few tiles split K over blocks) and a short K (for 32-value
+// blocks 11 chunks: a partial last stage),
+// token counts around the 64-column tile, rows that leave a partial tile, a few large channels.
+TEST_F(CudaVsRef, MulMatInt8TileOnRoundedActivations) {
+  const int64_t N = 150;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                        GgmlType::Q4_K, GgmlType::Q5_K}) {
+    const bool block256 = traits(type).block_size == 256;
+    for (int64_t K : {int64_t{2560}, block256 ? int64_t{768} : int64_t{352}}) {
+      auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 21, 0.05f));
+      const auto wv = w->values();
+      for (int64_t T : {9, 64, 65, 200}) {
+        auto x = random_values(K * T, 22 + T);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t k = 3; k < K; k += 97) x[t * K + k] *= 300.0f;
+        const auto xr = rounded_activations(type, x, K);
+        Tensor out = cuda->alloc_f32(N, T);
+        cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), out);
+        std::vector<double> want(N * T);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; ++n) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k) s += static_cast<double>(wv[n * K + k]) * xr[t * K + k];
+            want[t * N + n] = s;
+          }
+        report_close(cuda->read_f32(out), want, matmul_tolerance(K),
+                     "int8 " + std::string(type_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T));
+      }
+    }
+  }
 }
 
 // The chunked scan over many chunks (more than one round of the chunk kernels at T = 2100), with

@@ -8,7 +8,8 @@
 
 namespace regolith {
 
-// The backend on CUDA device 0. Throws Error naming the cause when no usable device is present.
-std::unique_ptr<Backend> make_cuda_backend();
+// The backend on CUDA device 0 (of options, exact_products). Throws Error naming the cause when no
+// usable device is present.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options = {});
 
 }  // namespace regolith

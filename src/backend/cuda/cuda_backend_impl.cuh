@@ -55,7 +55,9 @@ struct DeviceMatrix {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  // int8_products: prefill products with weights of the int8 tile's types quantize their
+  // activations (cuda_gemm_int8.cuh); else every product keeps FP32 activations.
+  explicit CudaBackend(bool int8_products = true);
   ~CudaBackend() override;
   std::string_view name() const override { return "cuda"; }
 
@@ -126,6 +128,8 @@ class CudaBackend final : public Backend {
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
+  // Whether a product of T > kMatvecMaxTokens tokens with weights of `type` runs on int8 codes.
+  bool int8_product(GgmlType type) const;
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
@@ -136,6 +140,7 @@ class CudaBackend final : public Backend {
   static WeightKey key_of(const Weight& w);
 
   int device_ = 0;
+  bool int8_products_ = true;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
   std::map<WeightKey, DeviceMatrix> matrices_;

@@ -1,12 +1,14 @@
 // out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
 // Few tokens (decode): types with a unit loader take the coalesced kernel of cuda_gemv.cuh (R rows
 // per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
-// (prefill): 64×64 tensor-core tiles (cuda_gemm.cuh).
+// (prefill): 64×64 tensor-core tiles, on int8 codes for the types of cuda_gemm_int8.cuh (their
+// activations quantized first, here) and on split-TF32 floats for the others (cuda_gemm.cuh).
 #include <span>
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
@@ -137,6 +139,76 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
       [=](int tt) { return t0 + tt; });
 }
 
+// The int8 twin of gemm_kernel: the same grid over xq, the quantized activations.
+template <typename I>
+__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
+    gemm_int8_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t split_chunks, int64_t N,
+                     QuantizedX xq, int64_t T, float* __restrict__ out) {
+  grid_dependency_wait();
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, c_begin = blockIdx.z * split_chunks;
+  const int64_t c_end = min(c_begin + split_chunks, K / 32);
+  gemm_int8_tile<I>(
+      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(blockIdx.y) * kGemmRows,
+      T - t0 < kGemmCols ? T - t0 : kGemmCols, xq, [=](int tt) { return t0 + tt; }, out + blockIdx.z * T * N,
+      [=](int tt) { return t0 + tt; });
+}
+
+// Q8_0 activations, one warp a 32-value chunk, rounded as quant::quantize_q8_0 rounds them: d =
+// amax/127, codes round(x·(1/d)), d kept as fp16 (the value the codes multiply).
+__global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ codes,
+                                     float2* __restrict__ scales) {
+  grid_dependency_wait();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= n_chunks) return;
+  const float v = x[c * 32 + lane];
+  const float d = warp_max(fabsf(v)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  const int q = static_cast<int>(roundf(v * id));
+  codes[c * 32 + lane] = static_cast<int8_t>(q);
+  const int sum = warp_sum(q);
+  const float d16 = __half2float(__float2half_rn(d));
+  if (lane == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
+}
+
+// Q8_K activations, one warp a 256-value block (8 values a lane), rounded as quant::quantize_q8_k
+// rounds them: the value of largest magnitude (the first of equals) maps to −127, codes
+// nearest-even of x·(−127/max), d = 1/(−127/max).
+__global__ void quantize_q8_k_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ codes,
+                                     float2* __restrict__ scales) {
+  grid_dependency_wait();
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (b >= n_blocks) return;
+  const float4* src = reinterpret_cast<const float4*>(x + b * 256 + lane * 8);
+  const float4 v0 = src[0], v1 = src[1];
+  const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  float amax = 0.0f, max = 0.0f;
+  int at = 256;  // index of max in the block
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (fabsf(v[i]) > amax) amax = fabsf(v[i]), max = v[i], at = lane * 8 + i;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, max, o);
+    const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+    if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, max = m2, at = at2;
+  }
+  const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+  uint32_t packed[2] = {0, 0};
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = min(127, __float2int_rn(iscale * v[i]));
+    sum += q;
+    packed[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2*>(codes + b * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // the chunk's four lanes
+  const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+  if (lane % 4 == 0) scales[b * 8 + lane / 4] = make_float2(d, d * static_cast<float>(sum));
+}
+
 // out[i] = Σ_z part[z·n + i] over the splits in order.
 __global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int splits, float* __restrict__ out) {
   grid_dependency_wait();
@@ -147,18 +219,20 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int
   out[i] = s;
 }
 
-// K splits for a product of `tiles` blocks: one while the tiles fill the GPU (kGemmBlocksPerSm a
+// K splits for a product of `tiles` blocks: one while the tiles fill the GPU (blocks_per_sm a
 // multiprocessor), else enough for about four waves, each split at least two stages long (pp2048
 // on an H200: 1683 tok/s for one wave, 1697 for two, 1714 for four). Returns the chunks per split,
-// a multiple of the stage.
-int64_t split_chunks_for(int64_t tiles, int64_t K) {
-  static const int wave = [] {
-    int device = 0, sms = 0;
+// a multiple of the stage (4 chunks in both tiles).
+int64_t split_chunks_for(int64_t tiles, int64_t K, int blocks_per_sm) {
+  static const int sms = [] {
+    int device = 0, n = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    return sms * kGemmBlocksPerSm;
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    return n;
   }();
+  const int64_t wave = static_cast<int64_t>(sms) * blocks_per_sm;
   constexpr int64_t kStage = gemm_detail::kStepChunks;
+  static_assert(kStage == i8_detail::kStageChunks);
   const int64_t n_chunks = (K + 31) / 32;
   const int64_t splits = tiles >= wave ? 1 : std::min((4 * wave + tiles - 1) / tiles, n_chunks / (2 * kStage));
   if (splits <= 1) return n_chunks;
@@ -182,7 +256,7 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
   } else {
     [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, "gemm_kernel shared memory");
     const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
-    const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K);
+    const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmBlocksPerSm);
     const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
     Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
     dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
@@ -191,7 +265,38 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
   }
 }
 
+// The int8 tile's product (T > kMatvecMaxTokens), its K split as launch_matmul splits it.
+template <typename I>
+void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
+  [[maybe_unused]] static const bool shared_ready = allow_gemm_int8_shared(gemm_int8_kernel<I>, "gemm_int8_kernel shared memory");
+  const int64_t N = w.n_rows, K = w.K;
+  QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, T, K);
+  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
+  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmInt8BlocksPerSm);
+  const int splits = static_cast<int>((K / 32 + split_chunks - 1) / split_chunks);
+  Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
+  dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
+  launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, splits > 1 ? part.f32() : out);
+  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
+}
+
 }  // namespace
+
+QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K) {
+  if (K % (block256 ? 256 : 32) != 0) fail("cuda: activations of ", K, " values do not fill ", block256 ? "Q8_K" : "Q8_0", " blocks");
+  QuantizedActivations q{be.scratch_bytes(static_cast<size_t>(rows * K)), be.scratch_f32(rows * K / 32 * 2)};
+  auto* codes = reinterpret_cast<int8_t*>(q.codes.f32());
+  auto* scales = reinterpret_cast<float2*>(q.scales.f32());
+  constexpr int kWarps = 8;
+  const int64_t n_warps = rows * K / (block256 ? 256 : 32);
+  if (block256)
+    launch(be.stream(), "quantize_q8_k_kernel", quantize_q8_k_kernel, blocks_for(n_warps, kWarps), 32 * kWarps, 0, x, n_warps, codes, scales);
+  else
+    launch(be.stream(), "quantize_q8_0_kernel", quantize_q8_0_kernel, blocks_for(n_warps, kWarps), 32 * kWarps, 0, x, n_warps, codes, scales);
+  return q;
+}
+
+bool CudaBackend::int8_product(GgmlType type) const { return int8_products_ && has_int8_decoder(type); }
 
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
   if (T == 0 || w.n_rows == 0) return;
@@ -199,6 +304,10 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
     const DeviceMatrix* ms[] = {&w};
     float* outs[] = {out};
     dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(ms, outs, w.K, x, T, stream_); });
+    return;
+  }
+  if (T > kMatvecMaxTokens && int8_product(w.type)) {
+    dispatch_int8_type(w.type, [&](auto i8) { launch_int8_matmul<decltype(i8)>(*this, w, x, T, out, stream_); });
     return;
   }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, w, x, T, out, stream_); });

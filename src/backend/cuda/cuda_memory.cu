@@ -14,7 +14,9 @@
 
 namespace regolith {
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(!options.exact_products);
+}
 
 namespace cuda {
 
@@ -103,8 +105,9 @@ bool env_is(const char* name, std::string_view value) {
 
 }  // namespace
 
-CudaBackend::CudaBackend()
-    : pool_(std::make_shared<DevicePool>()),
+CudaBackend::CudaBackend(bool int8_products)
+    : int8_products_(int8_products),
+      pool_(std::make_shared<DevicePool>()),
       profiler_(env_is("REGOLITH_CUDA_PROFILE", "1") && !env_is("REGOLITH_CUDA_GRAPHS", "1")) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
@@ -269,6 +270,23 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
       [=](int c) { return static_cast<int64_t>(pairs[c]); });
 }
 
+// The int8 twin of expert_gemm_kernel, over xq (x quantized, its rows as x's).
+template <typename I>
+__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
+    expert_gemm_int8_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t N,
+                            const ExpertTile* __restrict__ tiles, const int32_t* __restrict__ n_tiles,
+                            const int32_t* __restrict__ list, int64_t k, QuantizedX xq, bool x_per_pair,
+                            float* __restrict__ out) {
+  grid_dependency_wait();
+  if (static_cast<int32_t>(blockIdx.x) >= *n_tiles) return;
+  const ExpertTile tile = tiles[blockIdx.x];
+  const int32_t* pairs = list + tile.first;
+  gemm_int8_tile<I>(
+      W + tile.expert * N * row_bytes, row_bytes, K, 0, K / 32, N, static_cast<int64_t>(blockIdx.y) * kGemmRows, tile.count, xq,
+      [=](int c) { return static_cast<int64_t>(x_per_pair ? pairs[c] : pairs[c] / k); }, out,
+      [=](int c) { return static_cast<int64_t>(pairs[c]); });
+}
+
 // A stable counting sort of the (token, slot) pairs by expert, in one block. Warp w owns the
 // pairs [w·seg, (w+1)·seg); count[w][e] first counts its pairs of expert e, then becomes the list
 // slot of the next one. Pairs with an invalid expert id are left out and their rows of dn zeroed,
@@ -398,9 +416,21 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
 }
 
-void expert_gemm(const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k, const float* x,
-                 bool x_per_pair, float* out, cudaStream_t stream) {
+// x has x_rows rows: the tokens, or (x_per_pair) the pairs.
+void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k,
+                 const float* x, int64_t x_rows, bool x_per_pair, float* out) {
+  cudaStream_t stream = be.stream();
   dim3 grid(static_cast<unsigned>(groups.max_tiles), gemm_row_blocks(N));
+  if (be.int8_product(w.type)) {
+    dispatch_int8_type(w.type, [&](auto i8) {
+      using I = decltype(i8);
+      [[maybe_unused]] static const bool shared_ready =
+          allow_gemm_int8_shared(expert_gemm_int8_kernel<I>, "expert_gemm_int8_kernel shared memory");
+      QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, x_rows, w.K);
+      launch(stream, "expert_gemm_int8_kernel", expert_gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq.view(), x_per_pair, out);
+    });
+    return;
+  }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     [[maybe_unused]] static const bool shared_ready =
         allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, "expert_gemm_kernel shared memory");
@@ -445,10 +475,10 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   } else {
     // Grouped by expert on the device: no host sync in a prefill MoE.
     ExpertGroups groups = group_pairs(*this, a.ids->i32(), pairs, E, dn.f32(), H);
-    expert_gemm(matrix(wg), F, groups, k, a.x->f32(), false, g.f32(), stream_);
-    expert_gemm(matrix(wu), F, groups, k, a.x->f32(), false, u.f32(), stream_);
+    expert_gemm(*this, mg, F, groups, k, a.x->f32(), T, false, g.f32());
+    expert_gemm(*this, mu, F, groups, k, a.x->f32(), T, false, u.f32());
     swiglu(g, u, h);
-    expert_gemm(matrix(wd), H, groups, k, h.f32(), true, dn.f32(), stream_);
+    expert_gemm(*this, md, H, groups, k, h.f32(), pairs, true, dn.f32());
   }
   launch(stream_, "moe_combine_kernel", moe_combine_kernel, blocks_for(H * T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
 }

@@ -23,8 +23,9 @@ namespace regolith::cuda {
 
 __device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// ggml's IQ4_NL grid (ggml-common.h kvalues_iq4nl), the same data as src/quant/iq_grids.cpp.
-static __device__ __constant__ const int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+// ggml's IQ4_NL grid (ggml-common.h kvalues_iq4nl), the same data as src/quant/iq_grids.cpp;
+// aligned so that the int8 tile can read it as four words.
+alignas(16) static __device__ __constant__ const int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                                   1,    13,   25,  38,  53,  69,  89,  113};
 
 template <GgmlType kType>

@@ -1,0 +1,467 @@
+// The integer tensor-core tile of prefill products with quantized weights, as llama.cpp's MMQ and
+// the CPU backend's decode products compute them: activations are first quantized to the format
+// quant pairs with the weight type (Q8_0 for 32-value blocks, Q8_K for 256-value blocks, rounded
+// exactly as quant's codecs round them), and each 32-value chunk of a weight row becomes 32 int8
+// codes with w = scale·code − offset. One m16n8k32 s8 mma.sync sums a chunk's code products
+// exactly; the chunk then adds scale·d·Σq_w·q_x − offset·d·Σq_x to an FP32 accumulator. The
+// result is the float64 product of the dequantized weights with the rounded activations, up to
+// FP32 accumulation (tests/ops/cuda_vs_ref_test.cpp).
+//
+// Tile: 64 weight rows × 64 token columns per block of 4 warps (each 32 × 32), stages of 4 chunks
+// (128 values of K) in two shared-memory buffers: while the tensor cores run over one stage, the
+// next stage's activation codes arrive by cp.async and its weight bytes are in registers, decoded
+// into codes and stored after the stage's products.
+#pragma once
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+namespace regolith::cuda {
+
+// Activations as the int8 tile reads them: codes [rows][K], and per 32-value chunk of a row its
+// scale d and d·Σ codes (for weights with an offset).
+struct QuantizedX {
+  const int8_t* codes = nullptr;
+  const float2* chunk_scales = nullptr;  // [rows][K / 32]
+};
+
+// Activations quantized for the int8 tile, in scratch buffers of the backend.
+struct QuantizedActivations {
+  Tensor codes, scales;
+  QuantizedX view() const {
+    return {reinterpret_cast<const int8_t*>(codes.f32()), reinterpret_cast<const float2*>(scales.f32())};
+  }
+};
+
+class CudaBackend;
+// x [rows][K] quantized as Q8_K (block256) or Q8_0, on the backend's stream (cuda_matmul.cu).
+QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K);
+
+// A weight type's 32-value chunk as int8 codes (Raw: the bytes loaded ahead, unpack: codes in k
+// order, 4 a word, and w = scale·code − offset). kBlock256: its activations are Q8_K, else Q8_0.
+template <GgmlType kType>
+struct I8;
+
+namespace i8_detail {
+
+// 32 bytes at p (2-byte aligned) as eight words, with the widest loads p's alignment allows.
+__device__ __forceinline__ void load_32_bytes(const uint8_t* p, uint32_t (&w)[8]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a % 16 == 0) {
+    const uint4 u0 = __ldg(reinterpret_cast<const uint4*>(p)), u1 = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    w[0] = u0.x, w[1] = u0.y, w[2] = u0.z, w[3] = u0.w, w[4] = u1.x, w[5] = u1.y, w[6] = u1.z, w[7] = u1.w;
+  } else if (a % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p) + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p) + 2 * i;
+      w[i] = __ldg(h) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
+    }
+  }
+}
+
+// 16 bytes at p (2-byte aligned) as four words.
+__device__ __forceinline__ void load_16_bytes(const uint8_t* p, uint32_t (&w)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p) + 2 * i;
+    w[i] = __ldg(h) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
+  }
+}
+
+// Sixteen nibble-packed bytes (value j in the low nibble of byte j, value j + 16 in the high one,
+// ggml's layout for 32-value sub-blocks) as 32 byte codes in k order.
+__device__ __forceinline__ void unpack_nibbles(const uint32_t (&q)[4], uint32_t (&w)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = q[i] & 0x0F0F0F0Fu;
+    w[i + 4] = (q[i] >> 4) & 0x0F0F0F0Fu;
+  }
+}
+
+// Four 4-bit indices (one a byte) through the IQ4_NL grid, as four signed bytes: byte_perm picks
+// each from the grid's first and last eight values, and the index's bit 3 chooses between them.
+__device__ __forceinline__ uint32_t iq4nl_codes(uint32_t idx) {
+  const uint32_t* grid = reinterpret_cast<const uint32_t*>(kIq4Nl);
+  uint32_t sel = idx & 0x07070707u;
+  sel |= sel >> 4;                                // index i's low bits at bits 8(i/2) + 4(i%2)
+  sel = (sel & 0xFFu) | ((sel >> 8) & 0xFF00u);  // ... and at bits 4i: byte_perm's selector
+  const uint32_t lo = __byte_perm(grid[0], grid[1], sel), hi = __byte_perm(grid[2], grid[3], sel);
+  const uint32_t upper = ((idx >> 3) & 0x01010101u) * 0xFFu;  // 0xFF in the bytes with bit 3 set
+  return (hi & upper) | (lo & ~upper);
+}
+
+__device__ __forceinline__ uint32_t load_u32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
+
+}  // namespace i8_detail
+
+// Q8_0 rows on the device: K codes, then K/32 fp16 scales (cuda_quant.cuh).
+template <>
+struct I8<GgmlType::Q8_0> {
+  static constexpr bool kBlock256 = false, kOffset = false;
+  struct Raw {
+    uint32_t q[8];
+    uint16_t d;
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t K) {
+    Raw r;
+    i8_detail::load_32_bytes(row + c * 32, r.q);
+    r.d = i8_detail::load_u16(row + K + 2 * c);
+    return r;
+  }
+  __device__ static void unpack(const Raw& r, int64_t, uint32_t (&w)[8], float& scale, float& offset) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = r.q[i];
+    scale = f16(r.d), offset = 0.0f;
+  }
+};
+
+template <>
+struct I8<GgmlType::Q4_0> {
+  static constexpr bool kBlock256 = false, kOffset = false;
+  struct Raw {
+    uint32_t q[4];
+    uint16_t d;
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
+    const uint8_t* b = row + c * sizeof(quant::BlockQ4_0);
+    Raw r;
+    r.d = i8_detail::load_u16(b);
+    i8_detail::load_16_bytes(b + 2, r.q);
+    return r;
+  }
+  __device__ static void unpack(const Raw& r, int64_t, uint32_t (&w)[8], float& scale, float& offset) {
+    i8_detail::unpack_nibbles(r.q, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = __vsub4(w[i], 0x08080808u);  // q − 8, per byte
+    scale = f16(r.d), offset = 0.0f;
+  }
+};
+
+template <>
+struct I8<GgmlType::Q4_1> {
+  static constexpr bool kBlock256 = false, kOffset = true;
+  struct Raw {
+    uint32_t q[4];
+    uint32_t dm;
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
+    const uint8_t* b = row + c * sizeof(quant::BlockQ4_1);
+    Raw r;
+    r.dm = i8_detail::load_u32(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = i8_detail::load_u32(b + 4 + 4 * i);
+    return r;
+  }
+  __device__ static void unpack(const Raw& r, int64_t, uint32_t (&w)[8], float& scale, float& offset) {
+    i8_detail::unpack_nibbles(r.q, w);
+    scale = f16(static_cast<uint16_t>(r.dm)), offset = -f16(static_cast<uint16_t>(r.dm >> 16));  // w = d·q + m
+  }
+};
+
+template <>
+struct I8<GgmlType::IQ4_NL> {
+  static constexpr bool kBlock256 = false, kOffset = false;
+  using Raw = I8<GgmlType::Q4_0>::Raw;
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t K) { return I8<GgmlType::Q4_0>::load(row, c, K); }
+  __device__ static void unpack(const Raw& r, int64_t, uint32_t (&w)[8], float& scale, float& offset) {
+    i8_detail::unpack_nibbles(r.q, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = i8_detail::iq4nl_codes(w[i]);
+    scale = f16(r.d), offset = 0.0f;
+  }
+};
+
+template <>
+struct I8<GgmlType::IQ4_XS> {
+  static constexpr bool kBlock256 = true, kOffset = false;
+  struct Raw {
+    uint32_t q[4];
+    uint32_t d_scales_h, scales_l;
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
+    const uint8_t* b = row + (c / 8) * sizeof(quant::BlockIq4Xs);
+    Raw r;
+    r.d_scales_h = i8_detail::load_u32(b);
+    r.scales_l = i8_detail::load_u32(b + 4);
+    const uint2 q0 = __ldg(reinterpret_cast<const uint2*>(b + 8 + 16 * (c % 8))), q1 = __ldg(reinterpret_cast<const uint2*>(b + 16 + 16 * (c % 8)));
+    r.q[0] = q0.x, r.q[1] = q0.y, r.q[2] = q1.x, r.q[3] = q1.y;
+    return r;
+  }
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+    const int ib = static_cast<int>(c % 8);
+    i8_detail::unpack_nibbles(r.q, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = i8_detail::iq4nl_codes(w[i]);
+    const int ls = ((r.scales_l >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xF) | (((r.d_scales_h >> (16 + 2 * ib)) & 3) << 4);
+    scale = f16(static_cast<uint16_t>(r.d_scales_h)) * (ls - 32), offset = 0.0f;
+  }
+};
+
+// Q4_K and Q5_K: sub-block j = c % 8 of a 256-value block, w = d·sc_j·q − dmin·m_j.
+template <>
+struct I8<GgmlType::Q4_K> {
+  static constexpr bool kBlock256 = true, kOffset = true;
+  struct Raw {
+    uint32_t q[8];
+    uint32_t dm, s[3];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
+    const uint8_t* b = row + (c / 8) * sizeof(quant::BlockQ4_K);
+    Raw r;
+    r.dm = i8_detail::load_u32(b);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r.s[i] = i8_detail::load_u32(b + 4 + 4 * i);
+    i8_detail::load_32_bytes(b + 16 + (c % 8) / 2 * 32, r.q);
+    return r;
+  }
+  __device__ static void scale_offset(const Raw& r, int j, float& scale, float& offset) {
+    int sc, m;
+    auto byte = [&](int i) {  // scale byte i, selected without indexing (which would go to local memory)
+      const uint32_t word = i < 4 ? r.s[0] : i < 8 ? r.s[1] : r.s[2];
+      return static_cast<int>((word >> (8 * (i % 4))) & 0xFF);
+    };
+    k4_scale_min(j, byte, sc, m);
+    scale = f16(static_cast<uint16_t>(r.dm)) * sc, offset = f16(static_cast<uint16_t>(r.dm >> 16)) * m;
+  }
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+    const int j = static_cast<int>(c % 8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = (r.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu;
+    scale_offset(r, j, scale, offset);
+  }
+};
+
+template <>
+struct I8<GgmlType::Q5_K> {
+  static constexpr bool kBlock256 = true, kOffset = true;
+  struct Raw {
+    I8<GgmlType::Q4_K>::Raw low;
+    uint32_t qh[8];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
+    const uint8_t* b = row + (c / 8) * sizeof(quant::BlockQ5_K);
+    Raw r;
+    r.low.dm = i8_detail::load_u32(b);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r.low.s[i] = i8_detail::load_u32(b + 4 + 4 * i);
+    i8_detail::load_32_bytes(b + 16, r.qh);
+    i8_detail::load_32_bytes(b + 48 + (c % 8) / 2 * 32, r.low.q);
+    return r;
+  }
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+    const int j = static_cast<int>(c % 8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      w[i] = ((r.low.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((r.qh[i] >> j) & 0x01010101u) << 4);
+    I8<GgmlType::Q4_K>::scale_offset(r.low, j, scale, offset);
+  }
+};
+
+// Calls fn(I8<type>{}) for a type the int8 tile reads; returns false for any other type.
+template <typename Fn>
+bool dispatch_int8_type(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::Q8_0: fn(I8<GgmlType::Q8_0>{}); return true;
+    case GgmlType::Q4_0: fn(I8<GgmlType::Q4_0>{}); return true;
+    case GgmlType::Q4_1: fn(I8<GgmlType::Q4_1>{}); return true;
+    case GgmlType::IQ4_NL: fn(I8<GgmlType::IQ4_NL>{}); return true;
+    case GgmlType::IQ4_XS: fn(I8<GgmlType::IQ4_XS>{}); return true;
+    case GgmlType::Q4_K: fn(I8<GgmlType::Q4_K>{}); return true;
+    case GgmlType::Q5_K: fn(I8<GgmlType::Q5_K>{}); return true;
+    default: return false;
+  }
+}
+
+inline bool has_int8_decoder(GgmlType type) {
+  return dispatch_int8_type(type, [](auto) {});
+}
+
+constexpr int kGemmInt8BlocksPerSm = 4;  // registers capped at 128, shared memory 4 × 49.7 KB
+
+namespace i8_detail {
+
+constexpr int kStageChunks = 4;  // 32-value chunks of K per stage
+// A row (weights) or column (tokens) of a stage: 4 chunks of 8 code words and 8 words of padding,
+// so that the 8-byte fragment loads of a half warp (rows g .. g+3, words 2t, 2t+1 of a chunk) fall
+// on 32 different banks. Lane t reads words 2t and 2t+1 of a chunk as the mma fragment's k-words t
+// and t + 4, the same for weights and tokens, so the products are those of k order.
+constexpr int kPitchWords = kStageChunks * 8 + 8;
+
+struct Stage {
+  uint32_t w[kGemmRows * kPitchWords];
+  uint32_t x[kGemmCols * kPitchWords];
+  float2 w_scale[kStageChunks][kGemmRows];  // (scale, offset)
+  float2 x_scale[kStageChunks][kGemmCols];  // (d, d·Σq); zeros for absent columns and chunks
+};
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// d += a·b for one m16n8k32 tile of int8 codes (PTX ISA fragment layouts for .s8).
+__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace i8_detail
+
+constexpr size_t kGemmInt8SharedBytes = 2 * sizeof(i8_detail::Stage) + kGemmCols * sizeof(int64_t);
+
+// A kernel running gemm_int8_tile needs more than the default 48 KB of shared memory; call once
+// per kernel before its first launch.
+template <typename Kernel>
+bool allow_gemm_int8_shared(Kernel kernel, const char* name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmInt8SharedBytes)),
+        name);
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+        name);
+  return true;
+}
+
+// out[out_row(c)·N + n] = W[n]·x̂[x_row(c)] over the 32-value chunks [c_begin, c_end) of K (c_begin
+// a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols, x̂ the
+// quantized activations xq. Launch with kGemmThreads threads and kGemmInt8SharedBytes of dynamic
+// shared memory.
+template <typename I, typename XRow, typename OutRow>
+__device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,
+                               int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, QuantizedX xq, XRow x_row,
+                               float* __restrict__ out, OutRow out_row) {
+  using namespace i8_detail;
+  extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
+  Stage* stages = reinterpret_cast<Stage*>(gemm_int8_shared);
+  int64_t* x_rows = reinterpret_cast<int64_t*>(stages + 2);  // [64], -1 past n_cols
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates
+  const int warp_row = (warp / 2) * 32, warp_col = (warp % 2) * 32;
+  const int64_t chunks_per_row = K / 32;
+  if (tid < kGemmCols) x_rows[tid] = tid < n_cols ? static_cast<int64_t>(x_row(tid)) : -1;
+  __syncthreads();
+
+  // Weights: jobs tid and tid + 128 are (row job / 4, chunk c0 + job % 4).
+  typename I::Raw raw[2];
+  auto load_weights = [&](int64_t c0) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
+      if (n0 + r < N && c0 + q < c_end) raw[m] = I::load(W + (n0 + r) * row_bytes, c0 + q, K);
+    }
+  };
+  auto store_weights = [&](Stage& s, int64_t c0) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
+      float2 so = make_float2(0.0f, 0.0f);  // absent rows and chunks add nothing
+      if (n0 + r < N && c0 + q < c_end) {
+        uint32_t w[8];
+        I::unpack(raw[m], c0 + q, w, so.x, so.y);
+        uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+      s.w_scale[q][r] = so;
+    }
+  };
+  // Tokens: 16-byte pieces p = tid + 128i of the stage's 64 columns × 128 codes, then the
+  // columns' chunk scales two a thread.
+  auto load_tokens = [&](Stage& s, int64_t c0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int p = tid + i * kGemmThreads, col = p / 8, part = p % 8;
+      const int64_t xr = x_rows[col];
+      if (xr >= 0 && c0 + part / 2 < c_end)
+        cp_async_16(s.x + col * kPitchWords + part * 4, xq.codes + xr * K + c0 * 32 + part * 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int p = tid + i * kGemmThreads, col = p / kStageChunks, q = p % kStageChunks;
+      const int64_t xr = x_rows[col];
+      if (xr >= 0 && c0 + q < c_end)
+        cp_async_8(&s.x_scale[q][col], xq.chunk_scales + xr * chunks_per_row + c0 + q);
+      else
+        s.x_scale[q][col] = make_float2(0.0f, 0.0f);
+    }
+  };
+
+  float acc[2][4][4] = {};  // [m16 tile][n8 tile][mma accumulator]
+  load_weights(c_begin);
+  load_tokens(stages[0], c_begin);
+  cp_async_commit();
+  store_weights(stages[0], c_begin);
+  int buf = 0;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kStageChunks, buf ^= 1) {
+    const bool more = c0 + kStageChunks < c_end;
+    if (more) {
+      load_weights(c0 + kStageChunks);
+      load_tokens(stages[buf ^ 1], c0 + kStageChunks);
+    }
+    cp_async_commit();
+    cp_async_wait_one();  // this stage's tokens have landed
+    __syncthreads();
+    const Stage& s = stages[buf];
+#pragma unroll 1
+    for (int q = 0; q < kStageChunks; ++q) {
+      if (c0 + q >= c_end) break;
+      uint2 a[2][2], b[4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          a[mi][h] = *reinterpret_cast<const uint2*>(s.w + (warp_row + mi * 16 + h * 8 + g) * kPitchWords + q * 8 + 2 * t);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+        b[ni] = *reinterpret_cast<const uint2*>(s.x + (warp_col + ni * 8 + g) * kPitchWords + q * 8 + 2 * t);
+      // One m16 tile at a time, so that only its 16 integer sums are live. Accumulator e of a
+      // tile: row g + 8·(e / 2), column 2t + e % 2.
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        int dots[4][4] = {};
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+          mma_s8(dots[ni], a[mi][0].x, a[mi][1].x, a[mi][0].y, a[mi][1].y, b[ni].x, b[ni].y);
+        const float2 ws[2] = {s.w_scale[q][warp_row + mi * 16 + g], s.w_scale[q][warp_row + mi * 16 + g + 8]};
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          const float4 xs = *reinterpret_cast<const float4*>(&s.x_scale[q][warp_col + ni * 8 + 2 * t]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 w = ws[e / 2];
+            const float d = e % 2 ? xs.z : xs.x, dsum = e % 2 ? xs.w : xs.y;
+            float& sum = acc[mi][ni][e];
+            sum = fmaf(w.x * d, static_cast<float>(dots[ni][e]), sum);
+            if constexpr (I::kOffset) sum = fmaf(-w.y, dsum, sum);
+          }
+        }
+      }
+    }
+    if (more) store_weights(stages[buf ^ 1], c0 + kStageChunks);
+    __syncthreads();  // the next stage overwrites this one's buffer
+  }
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t n = n0 + warp_row + mi * 16 + g + 8 * (e / 2);
+        const int col = warp_col + ni * 8 + 2 * t + e % 2;
+        if (n < N && col < n_cols) out[out_row(col) * N + n] = acc[mi][ni][e];
+      }
+}
+
+}  // namespace regolith::cuda
