@@ -483,6 +483,39 @@ TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
   expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k), "moe_experts grouped int8");
 }
 
+// Prefill attention (64 tokens or more) on the tensor cores: a block per (token, kv head), the
+// group's heads as the rows of split-TF32 tiles (12 and 16 heads, and 5: padded rows), selections
+// of 70 lengths from 1 to 300 (whole and partial 32-position chunks), head widths 256 and 64.
+TEST_F(CudaVsRef, QsaAttendPrefillTensorCores) {
+  const int64_t nkv = 2, cap = 700, max_sel = 300, T = 70;
+  for (int64_t hd : {256, 64}) {
+    for (int64_t nh : {24, 32, 10}) {
+      auto q = random_values(hd * nh * T, 510), gate = random_values(hd * nh * T, 511);
+      auto kc = random_values(hd * nkv * cap, 512), vc = random_values(hd * nkv * cap, 513);
+      std::vector<int32_t> sel(max_sel * T, -1), n_sel(T);
+      for (int64_t t = 0; t < T; ++t) {
+        n_sel[t] = static_cast<int32_t>(1 + (t * 37) % max_sel);
+        for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>((j * 7 + 3 * t) % cap);
+      }
+      std::vector<float> out[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor tq = upload(*be, q, {hd, nh, T, 1}), tg = upload(*be, gate, {hd, nh, T, 1});
+        Tensor tk = upload(*be, kc, {hd, nkv, cap, 1}), tv = upload(*be, vc, {hd, nkv, cap, 1});
+        Tensor ts = be->alloc(DType::I32, {max_sel, T, 1, 1}), tn = be->alloc(DType::I32, {T, 1, 1, 1});
+        be->write(ts, sel.data(), sel.size() * 4);
+        be->write(tn, n_sel.data(), n_sel.size() * 4);
+        Tensor o = be->alloc_f32(hd * nh, T);
+        be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn,
+                        .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .out = &o});
+        out[i++] = be->read_f32(o);
+      }
+      report_close(out[0], widen(out[1]), 2e-6,
+                   "qsa_attend prefill hd=" + std::to_string(hd) + " G=" + std::to_string(nh / nkv));
+    }
+  }
+}
+
 // The int8 tile against the float64 product of the dequantized weights with the activations
 // rounded as quant rounds them (Q8_0 or Q8_K): equal up to FP32 accumulation, so a code or scale
 // off anywhere shows. K of 20 stages (few tiles split K over blocks) and a short K (for 32-value

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -40,26 +41,6 @@ constexpr int kStepChunks = 4;  // 32-value chunks of K per stage
 // the mma fragments finds its 8 values of the chunk side by side: two 16-byte loads.
 constexpr int kChunkPitch = 36;
 constexpr int kRowPitch = kStepChunks * kChunkPitch + 4;
-
-struct SplitTf32 {
-  uint32_t hi, lo;
-};
-
-__device__ __forceinline__ SplitTf32 split_tf32(float v) {
-  uint32_t hi, lo;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(v - __uint_as_float(hi)));
-  return {hi, lo};
-}
-
-// d += a·b for one m16n8k8 tile (PTX ISA fragment layouts for .tf32).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 }  // namespace gemm_detail
 

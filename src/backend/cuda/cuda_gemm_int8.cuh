@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -299,26 +300,6 @@ struct Stage {
   float2 x_scale[kStageChunks][kGemmCols];  // (d, d·Σq); zeros for absent columns and chunks
 };
 
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-__device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-
-// d += a·b for one m16n8k32 tile of int8 codes (PTX ISA fragment layouts for .s8).
-__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 }  // namespace i8_detail
 
 constexpr size_t kGemmInt8SharedBytes = 2 * sizeof(i8_detail::Stage) + kGemmCols * sizeof(int64_t);
@@ -411,7 +392,7 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
       load_tokens(stages[buf ^ 1], c0 + kStageChunks);
     }
     cp_async_commit();
-    cp_async_wait_one();  // this stage's tokens have landed
+    cp_async_wait<1>();  // this stage's tokens have landed
     __syncthreads();
     const Stage& s = stages[buf];
 #pragma unroll 1

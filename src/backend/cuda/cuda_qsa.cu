@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace regolith::cuda {
 
@@ -325,6 +326,175 @@ __global__ void __launch_bounds__(kAttendThreads)
       if (h < G) part_o[(base + h) * hd + i] = o[h];
 }
 
+// Prefill attention on the tensor cores, a block per (token, kv head). The group's G <= 16 query
+// heads are the 16 rows of m16n8k8 TF32 tiles on split operands (FP32-accurate, as the GEMM tile
+// of cuda_gemm.cuh). The selection is walked in chunks of 32 positions whose K and V rows are
+// gathered into shared memory by cp.async (V's copy overlapping the scores); warp w scores
+// positions 8w .. 8w+7 of a chunk and accumulates output dimensions [w·hd/4, (w+1)·hd/4), with the
+// chunk kernel's running softmax. One split: each output is written finished.
+constexpr int kMmaChunk = 32;  // positions per chunk
+constexpr int kMmaWarps = 4;
+constexpr int kMmaRows = 16;           // query heads of a group, padded with zero rows
+constexpr int kMmaPPitch = kMmaChunk + 4;  // ≡ 4 (mod 32): the A-fragment loads of P are conflict-free
+constexpr int64_t kMmaMinTokens = 64;  // fewer (decode) take the split chunk kernel
+
+// Shared memory of qsa_attend_mma_kernel in 4-byte words: Q hi and lo, K rows (pitch hd + 4: the
+// fragment loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t,
+// columns g are), P, the running max / sum / rescale of each row, the chunk's cache rows.
+size_t mma_attend_words(int64_t hd) {
+  return 2 * kMmaRows * (hd + 4) + kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + kMmaRows * kMmaPPitch + 3 * kMmaRows +
+         kMmaChunk;
+}
+
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
+                          const float* __restrict__ vc, const int32_t* __restrict__ sel,
+                          const int32_t* __restrict__ n_sel, int64_t hd, int64_t nh, int64_t nkv, int64_t cap,
+                          int64_t max_sel, float scale, float* __restrict__ out) {
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float attend_shared[];
+  const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv;
+  const int qp = static_cast<int>(hd) + 4, vp = static_cast<int>(hd) + 8;
+  uint32_t* q_hi = reinterpret_cast<uint32_t*>(attend_shared);  // [16][qp]
+  uint32_t* q_lo = q_hi + kMmaRows * qp;
+  float* ks = reinterpret_cast<float*>(q_lo + kMmaRows * qp);  // [32][qp]
+  float* vs = ks + kMmaChunk * qp;                              // [32][vp]
+  float* ps = vs + kMmaChunk * vp;                              // [16][kMmaPPitch]
+  float* run_m = ps + kMmaRows * kMmaPPitch;
+  float* run_l = run_m + kMmaRows;
+  float* rescale = run_l + kMmaRows;
+  int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [32], −1: no position
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
+  for (int64_t i = tid; i < kMmaRows * hd; i += blockDim.x) {
+    const int64_t h = i / hd, d = i % hd;
+    const SplitTf32 s = split_tf32(h < G ? q[(t * nh + g * G + h) * hd + d] : 0.0f);
+    q_hi[h * qp + d] = s.hi, q_lo[h * qp + d] = s.lo;
+  }
+  if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
+  const int64_t n_total = n_sel[t];
+  const int32_t* sel_t = sel + t * max_sel;
+  const int dims = static_cast<int>(hd) / kMmaWarps, n_tiles = dims / 8;  // this warp's output columns
+  const int pieces = static_cast<int>(hd) / 4;                              // 16-byte pieces of a row
+  float o[8][4] = {};
+  for (int64_t j0 = 0; j0 < n_total; j0 += kMmaChunk) {
+    __syncthreads();  // the previous chunk is done with rows, K, V and P
+    if (tid < kMmaChunk) {
+      const int32_t r = j0 + tid < n_total ? sel_t[j0 + tid] : -1;
+      rows[tid] = r >= 0 && r < cap ? r : -1;
+    }
+    __syncthreads();
+    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {  // K rows, then V rows; zeros for none
+      const int r = i / pieces, c = i % pieces;
+      float* dst = ks + r * qp + 4 * c;
+      if (rows[r] >= 0)
+        cp_async_16(dst, kc + (static_cast<int64_t>(rows[r]) * nkv + g) * hd + 4 * c);
+      else
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {
+      const int r = i / pieces, c = i % pieces;
+      float* dst = vs + r * vp + 4 * c;
+      if (rows[r] >= 0)
+        cp_async_16(dst, vc + (static_cast<int64_t>(rows[r]) * nkv + g) * hd + 4 * c);
+      else
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // K has landed
+    __syncthreads();
+    // Scores of positions 8·warp .. 8·warp + 7, each 32 dimensions summed on their own (the tensor
+    // cores may truncate when they accumulate) and added with a rounded add.
+    float score[4] = {};
+    const float* krow = ks + (8 * warp + gq) * qp;
+    for (int k0 = 0; k0 < hd; k0 += 32) {
+      float part[4] = {};
+#pragma unroll
+      for (int kk = 0; kk < 32; kk += 8) {
+        const int k = k0 + kk + tq;
+        const SplitTf32 a[4] = {{q_hi[gq * qp + k], q_lo[gq * qp + k]},
+                                {q_hi[(gq + 8) * qp + k], q_lo[(gq + 8) * qp + k]},
+                                {q_hi[gq * qp + k + 4], q_lo[gq * qp + k + 4]},
+                                {q_hi[(gq + 8) * qp + k + 4], q_lo[(gq + 8) * qp + k + 4]}};
+        const SplitTf32 b[2] = {split_tf32(krow[k]), split_tf32(krow[k + 4])};
+        mma_split_tf32(part, a, b);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) score[e] += part[e];
+    }
+    // Accumulator e: row gq + 8·(e / 2), position 8·warp + 2·tq + e % 2.
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * warp + 2 * tq + e % 2;
+      ps[(gq + 8 * (e / 2)) * kMmaPPitch + col] = rows[col] >= 0 ? score[e] * scale : -INFINITY;
+    }
+    __syncthreads();
+    {  // Running softmax: 8 lanes a row, 4 positions each.
+      const int row = tid / 8, c0 = (tid % 8) * 4;
+      float v[4], mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx = fmaxf(mx, v[i] = ps[row * kMmaPPitch + c0 + i]);
+#pragma unroll
+      for (int o8 = 4; o8 > 0; o8 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o8));
+      const float m_old = run_m[row], m_new = fmaxf(m_old, mx);
+      float l = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new);
+        ps[row * kMmaPPitch + c0 + i] = e;
+        l += e;
+      }
+#pragma unroll
+      for (int o8 = 4; o8 > 0; o8 >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o8);
+      if (tid % 8 == 0) {
+        const float r = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        rescale[row] = r;
+        run_l[row] = run_l[row] * r + l;
+        run_m[row] = m_new;
+      }
+    }
+    cp_async_wait<0>();  // V has landed
+    __syncthreads();
+    // Values: o = o·rescale + P·V over this warp's dimensions.
+    const float r_lo = rescale[gq], r_hi = rescale[gq + 8];
+    float part[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kMmaChunk; kk += 8) {
+      const float* p0 = ps + gq * kMmaPPitch + kk + tq;
+      const float* p1 = p0 + 8 * kMmaPPitch;
+      const SplitTf32 a[4] = {split_tf32(p0[0]), split_tf32(p1[0]), split_tf32(p0[4]), split_tf32(p1[4])};
+      const float* v0 = vs + (kk + tq) * vp + warp * dims + gq;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        if (ni >= n_tiles) break;
+        const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[4 * vp + ni * 8])};
+        mma_split_tf32(part[ni], a, b);
+      }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni) {
+      o[ni][0] = fmaf(o[ni][0], r_lo, part[ni][0]);
+      o[ni][1] = fmaf(o[ni][1], r_lo, part[ni][1]);
+      o[ni][2] = fmaf(o[ni][2], r_hi, part[ni][2]);
+      o[ni][3] = fmaf(o[ni][3], r_hi, part[ni][3]);
+    }
+  }
+  __syncthreads();  // run_l is final
+#pragma unroll
+  for (int ni = 0; ni < 8; ++ni) {
+    if (ni >= n_tiles) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = gq + 8 * (e / 2);
+      if (row >= G) continue;
+      const float l = run_l[row];
+      const int64_t at = (t * nh + g * G + row) * hd + warp * dims + ni * 8 + 2 * tq + e % 2;
+      out[at] = l > 0 ? static_cast<float>(static_cast<double>(o[ni][e] / l) * sigmoid_d(gate[at])) : 0.0f;
+    }
+  }
+}
+
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
 // per (token, query head).
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
@@ -396,6 +566,13 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   int64_t max_sel = a.sel->ne(0);
   check_qsa_attend(a);
   if (nh * T == 0) return;
+  if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 32 == 0 && hd <= 256) {
+    const size_t smem = mma_attend_words(hd) * sizeof(float);
+    check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "qsa_attend_mma_kernel shared memory");
+    launch(stream_, "qsa_attend_mma_kernel", qsa_attend_mma_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
+    return;
+  }
   if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
     // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
