@@ -326,24 +326,27 @@ __global__ void __launch_bounds__(kAttendThreads)
       if (h < G) part_o[(base + h) * hd + i] = o[h];
 }
 
-// Prefill attention on the tensor cores, a block per (token, kv head). The group's G <= 16 query
-// heads are the 16 rows of m16n8k8 TF32 tiles on split operands (FP32-accurate, as the GEMM tile
-// of cuda_gemm.cuh). The selection is walked in chunks of 32 positions whose K and V rows are
-// gathered into shared memory by cp.async (V's copy overlapping the scores); warp w scores
-// positions 8w .. 8w+7 of a chunk and accumulates output dimensions [w·hd/4, (w+1)·hd/4), with the
+// Prefill attention on the tensor cores, a block of 8 warps per (token, kv head). The group's
+// G <= 16 query heads are the 16 rows of m16n8k8 TF32 tiles on split operands (FP32-accurate, as
+// the GEMM tile of cuda_gemm.cuh). The selection is walked in chunks of 32 positions whose K and V
+// rows are gathered into shared memory by cp.async, software-pipelined: the next chunk's K rows
+// are requested as soon as this chunk's scores are computed, its V rows once this chunk's values
+// are added, so each copy overlaps the work between. Warp w scores positions 8(w % 4) .. +7 over
+// half the dimensions (w / 4) and accumulates output dimensions [w·hd/8, (w+1)·hd/8), with the
 // chunk kernel's running softmax. One split: each output is written finished.
 constexpr int kMmaChunk = 32;  // positions per chunk
-constexpr int kMmaWarps = 4;
-constexpr int kMmaRows = 16;           // query heads of a group, padded with zero rows
+constexpr int kMmaWarps = 8;
+constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
 constexpr int kMmaPPitch = kMmaChunk + 4;  // ≡ 4 (mod 32): the A-fragment loads of P are conflict-free
-constexpr int64_t kMmaMinTokens = 64;  // fewer (decode) take the split chunk kernel
+constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) take the split chunk kernel
 
 // Shared memory of qsa_attend_mma_kernel in 4-byte words: Q hi and lo, K rows (pitch hd + 4: the
 // fragment loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t,
-// columns g are), P, the running max / sum / rescale of each row, the chunk's cache rows.
+// columns g are), the two halves' scores (the first then holds P), the running max / sum /
+// rescale of each row, and two chunks' cache rows.
 size_t mma_attend_words(int64_t hd) {
-  return 2 * kMmaRows * (hd + 4) + kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + kMmaRows * kMmaPPitch + 3 * kMmaRows +
-         kMmaChunk;
+  return 2 * kMmaRows * (hd + 4) + kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + 2 * kMmaRows * kMmaPPitch +
+         3 * kMmaRows + 2 * kMmaChunk;
 }
 
 __global__ void __launch_bounds__(kMmaWarps * 32)
@@ -359,56 +362,60 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   uint32_t* q_lo = q_hi + kMmaRows * qp;
   float* ks = reinterpret_cast<float*>(q_lo + kMmaRows * qp);  // [32][qp]
   float* vs = ks + kMmaChunk * qp;                              // [32][vp]
-  float* ps = vs + kMmaChunk * vp;                              // [16][kMmaPPitch]
-  float* run_m = ps + kMmaRows * kMmaPPitch;
+  float* ps = vs + kMmaChunk * vp;                              // [2 halves][16][kMmaPPitch]
+  float* run_m = ps + 2 * kMmaRows * kMmaPPitch;
   float* run_l = run_m + kMmaRows;
   float* rescale = run_l + kMmaRows;
-  int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [32], −1: no position
+  int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [2 chunks][32], −1: no position
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
+  const int64_t n_total = n_sel[t];
+  const int32_t* sel_t = sel + t * max_sel;
+  const int pieces = static_cast<int>(hd) / 4;  // 16-byte pieces of a row
+  auto set_rows = [&](int64_t j0, int32_t* r) {
+    if (tid < kMmaChunk) {
+      const int32_t row = j0 + tid < n_total ? sel_t[j0 + tid] : -1;
+      r[tid] = row >= 0 && row < cap ? row : -1;
+    }
+  };
+  auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {  // zeros for no position
+    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {
+      const int j = i / pieces, c = i % pieces;
+      float* d = dst + j * pitch + 4 * c;
+      if (r[j] >= 0)
+        cp_async_16(d, cache + (static_cast<int64_t>(r[j]) * nkv + g) * hd + 4 * c);
+      else
+        *reinterpret_cast<float4*>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+  };
+
   for (int64_t i = tid; i < kMmaRows * hd; i += blockDim.x) {
     const int64_t h = i / hd, d = i % hd;
     const SplitTf32 s = split_tf32(h < G ? q[(t * nh + g * G + h) * hd + d] : 0.0f);
     q_hi[h * qp + d] = s.hi, q_lo[h * qp + d] = s.lo;
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
-  const int64_t n_total = n_sel[t];
-  const int32_t* sel_t = sel + t * max_sel;
-  const int dims = static_cast<int>(hd) / kMmaWarps, n_tiles = dims / 8;  // this warp's output columns
-  const int pieces = static_cast<int>(hd) / 4;                              // 16-byte pieces of a row
-  float o[8][4] = {};
-  for (int64_t j0 = 0; j0 < n_total; j0 += kMmaChunk) {
-    __syncthreads();  // the previous chunk is done with rows, K, V and P
-    if (tid < kMmaChunk) {
-      const int32_t r = j0 + tid < n_total ? sel_t[j0 + tid] : -1;
-      rows[tid] = r >= 0 && r < cap ? r : -1;
-    }
+  set_rows(0, rows);
+  __syncthreads();
+  if (n_total > 0) {
+    request(kc, rows, ks, qp);
+    request(vc, rows, vs, vp);
+  }
+  const int half_dims = static_cast<int>(hd) / 2, dims = static_cast<int>(hd) / kMmaWarps, n_tiles = dims / 8;
+  const int pos_tile = warp % 4, half = warp / 4;
+  float o[4][4] = {};
+  for (int64_t j0 = 0, c = 0; j0 < n_total; j0 += kMmaChunk, ++c) {
+    const int32_t* cur = rows + (c % 2) * kMmaChunk;
+    int32_t* next = rows + ((c + 1) % 2) * kMmaChunk;
+    const bool more = j0 + kMmaChunk < n_total;
+    cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
     __syncthreads();
-    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {  // K rows, then V rows; zeros for none
-      const int r = i / pieces, c = i % pieces;
-      float* dst = ks + r * qp + 4 * c;
-      if (rows[r] >= 0)
-        cp_async_16(dst, kc + (static_cast<int64_t>(rows[r]) * nkv + g) * hd + 4 * c);
-      else
-        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    cp_async_commit();
-    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {
-      const int r = i / pieces, c = i % pieces;
-      float* dst = vs + r * vp + 4 * c;
-      if (rows[r] >= 0)
-        cp_async_16(dst, vc + (static_cast<int64_t>(rows[r]) * nkv + g) * hd + 4 * c);
-      else
-        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // K has landed
-    __syncthreads();
-    // Scores of positions 8·warp .. 8·warp + 7, each 32 dimensions summed on their own (the tensor
-    // cores may truncate when they accumulate) and added with a rounded add.
+    // Scores of positions 8·pos_tile .. +7 over this warp's half of the dimensions, each 32
+    // dimensions summed on their own (the tensor cores may truncate when they accumulate).
     float score[4] = {};
-    const float* krow = ks + (8 * warp + gq) * qp;
-    for (int k0 = 0; k0 < hd; k0 += 32) {
+    const float* krow = ks + (8 * pos_tile + gq) * qp;
+    for (int k0 = half * half_dims; k0 < (half + 1) * half_dims; k0 += 32) {
       float part[4] = {};
 #pragma unroll
       for (int kk = 0; kk < 32; kk += 8) {
@@ -423,42 +430,49 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 #pragma unroll
       for (int e = 0; e < 4; ++e) score[e] += part[e];
     }
-    // Accumulator e: row gq + 8·(e / 2), position 8·warp + 2·tq + e % 2.
+    // Accumulator e: row gq + 8·(e / 2), position 8·pos_tile + 2·tq + e % 2.
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = 8 * warp + 2 * tq + e % 2;
-      ps[(gq + 8 * (e / 2)) * kMmaPPitch + col] = rows[col] >= 0 ? score[e] * scale : -INFINITY;
-    }
-    __syncthreads();
-    {  // Running softmax: 8 lanes a row, 4 positions each.
-      const int row = tid / 8, c0 = (tid % 8) * 4;
-      float v[4], mx = -INFINITY;
+    for (int e = 0; e < 4; ++e)
+      ps[(half * kMmaRows + gq + 8 * (e / 2)) * kMmaPPitch + 8 * pos_tile + 2 * tq + e % 2] = score[e];
+    if (more) set_rows(j0 + kMmaChunk, next);
+    __syncthreads();  // K is read, the scores and the next rows are written
+    if (more) request(kc, next, ks, qp);
+    {  // Running softmax: 16 lanes a row, 2 positions each.
+      const int row = tid / 16, c0 = (tid % 16) * 2;
+      float v[2], mx = -INFINITY;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) mx = fmaxf(mx, v[i] = ps[row * kMmaPPitch + c0 + i]);
+      for (int i = 0; i < 2; ++i) {
+        const int at = row * kMmaPPitch + c0 + i;
+        v[i] = cur[c0 + i] >= 0 ? (ps[at] + ps[kMmaRows * kMmaPPitch + at]) * scale : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+      }
 #pragma unroll
-      for (int o8 = 4; o8 > 0; o8 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o8));
+      for (int o16 = 8; o16 > 0; o16 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o16));
       const float m_old = run_m[row], m_new = fmaxf(m_old, mx);
       float l = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 2; ++i) {
         const float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new);
         ps[row * kMmaPPitch + c0 + i] = e;
         l += e;
       }
 #pragma unroll
-      for (int o8 = 4; o8 > 0; o8 >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o8);
-      if (tid % 8 == 0) {
+      for (int o16 = 8; o16 > 0; o16 >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o16);
+      if (tid % 16 == 0) {
         const float r = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
         rescale[row] = r;
         run_l[row] = run_l[row] * r + l;
         run_m[row] = m_new;
       }
     }
-    cp_async_wait<0>();  // V has landed
+    if (more)
+      cp_async_wait<1>();  // this chunk's V rows have landed (the next chunk's K rows may be in flight)
+    else
+      cp_async_wait<0>();
     __syncthreads();
     // Values: o = o·rescale + P·V over this warp's dimensions.
     const float r_lo = rescale[gq], r_hi = rescale[gq + 8];
-    float part[8][4] = {};
+    float part[4][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kMmaChunk; kk += 8) {
       const float* p0 = ps + gq * kMmaPPitch + kk + tq;
@@ -466,23 +480,25 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       const SplitTf32 a[4] = {split_tf32(p0[0]), split_tf32(p1[0]), split_tf32(p0[4]), split_tf32(p1[4])};
       const float* v0 = vs + (kk + tq) * vp + warp * dims + gq;
 #pragma unroll
-      for (int ni = 0; ni < 8; ++ni) {
+      for (int ni = 0; ni < 4; ++ni) {
         if (ni >= n_tiles) break;
         const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[4 * vp + ni * 8])};
         mma_split_tf32(part[ni], a, b);
       }
     }
 #pragma unroll
-    for (int ni = 0; ni < 8; ++ni) {
+    for (int ni = 0; ni < 4; ++ni) {
       o[ni][0] = fmaf(o[ni][0], r_lo, part[ni][0]);
       o[ni][1] = fmaf(o[ni][1], r_lo, part[ni][1]);
       o[ni][2] = fmaf(o[ni][2], r_hi, part[ni][2]);
       o[ni][3] = fmaf(o[ni][3], r_hi, part[ni][3]);
     }
+    __syncthreads();  // V and P are read
+    if (more) request(vc, next, vs, vp);
   }
   __syncthreads();  // run_l is final
 #pragma unroll
-  for (int ni = 0; ni < 8; ++ni) {
+  for (int ni = 0; ni < 4; ++ni) {
     if (ni >= n_tiles) break;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -566,7 +582,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   int64_t max_sel = a.sel->ne(0);
   check_qsa_attend(a);
   if (nh * T == 0) return;
-  if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 32 == 0 && hd <= 256) {
+  if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256) {
     const size_t smem = mma_attend_words(hd) * sizeof(float);
     check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "qsa_attend_mma_kernel shared memory");
