@@ -132,6 +132,10 @@ class CudaBackend final : public Backend {
   bool int8_product(GgmlType type) const;
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
+  // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type,
+  // prefill's int8 products on x quantized once per activation format.
+  void matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
+                     std::span<float* const> outs);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
 
  private:

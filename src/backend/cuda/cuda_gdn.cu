@@ -178,7 +178,9 @@ void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
 
 constexpr int kChunk = 64;  // tokens per chunk, as the CPU and reference backends
 constexpr int kChunkThreads = 256;
-constexpr int kPassCols = 32;         // value columns per block of the state pass
+// Value columns per block of the state pass: 16 puts nv·dv/16 blocks (256 for the model) on the
+// GPU, two an SM, where 32 left one an SM waiting on its panel loads.
+constexpr int kPassCols = 16;
 constexpr int64_t kRoundChunks = 32;  // chunks prepared per round: bounds the scratch
 
 // What the state pass needs of each (chunk, v head) of a round, item = chunk·nv + head; G is the
@@ -328,37 +330,39 @@ __global__ void __launch_bounds__(kChunkThreads)
     terms.U[item * kChunk * dv + idx] = QV[(idx / dv) * ldq + idx % dv];
 }
 
-// Grid (nv, value-column blocks of 32): carries S[:, j0 .. j0+31] of one head through the chunks
-// of the round. Per chunk, with 8 outputs per thread (rows ty + 32r, columns tx + 8c):
+// Grid (nv, value-column blocks of kCols): carries S[:, j0 .. j0+kCols-1] of one head through the
+// chunks of the round. Per chunk, with kCols / 4 outputs per thread (rows ty + 32r, columns tx + 8c):
 //   Vn = U − Wk·S     the part of the new values the carried state does not already predict
 //   O  = Qd·S + P·Vn
 //   S  = e^(G_L)·S + Kdᵀ·Vn
-// acc[r][c] += Σ_i X[ty + 32r][i]·S[i][tx + 8c]: the thread's 2×4 tile of a panel (rows of
-// ldk) times the state slice (rows of kPassCols).
+// acc[r][c] += Σ_i X[ty + 32r][i]·S[i][tx + 8c]: the thread's 2 × kCols/8 tile of a panel (rows of
+// ldk) times the state slice (rows of kCols).
+template <int kCols>
 __device__ __forceinline__ void panel_times_state(const float* X, int64_t ldk, const float* S, int64_t dk, int tx,
-                                                  int ty, float (&acc)[2][4]) {
+                                                  int ty, float (&acc)[2][kCols / 8]) {
   for (int64_t i = 0; i < dk; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kPassCols + tx + 8 * c], acc[r][c]);
+      for (int c = 0; c < kCols / 8; ++c) acc[r][c] = fmaf(X[(ty + 32 * r) * ldk + i], S[i * kCols + tx + 8 * c], acc[r][c]);
 }
 
+template <int kCols>
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_state_pass_kernel(ChunkTerms terms, int64_t T, int64_t first_chunk, int64_t n_chunks, int64_t nv, int64_t dk,
                           int64_t dv, float* __restrict__ state, float* __restrict__ out) {
   grid_dependency_wait();
   extern __shared__ float shared_f[];
-  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kPassCols, ldk = dk + 1;
-  const int nj = static_cast<int>(dv - j0 < kPassCols ? dv - j0 : kPassCols);
-  float* S = shared_f;                     // [dk][32]
-  float* X = S + dk * kPassCols;           // [64][ldk]: Wk, then Qd, then Kd
+  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kCols, ldk = dk + 1;
+  const int nj = static_cast<int>(dv - j0 < kCols ? dv - j0 : kCols);
+  float* S = shared_f;                     // [dk][kCols]
+  float* X = S + dk * kCols;           // [64][ldk]: Wk, then Qd, then Kd
   float* Pm = X + kChunk * ldk;            // [64][65]
-  float* Vn = Pm + kChunk * (kChunk + 1);  // [64][32]
+  float* Vn = Pm + kChunk * (kChunk + 1);  // [64][kCols]
   const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
   float* Sh = state + h * dk * dv + j0;
-  for (int64_t idx = tid; idx < dk * kPassCols; idx += kChunkThreads)
-    S[idx] = idx % kPassCols < nj ? Sh[(idx / kPassCols) * dv + idx % kPassCols] : 0.0f;
+  for (int64_t idx = tid; idx < dk * kCols; idx += kChunkThreads)
+    S[idx] = idx % kCols < nj ? Sh[(idx / kCols) * dv + idx % kCols] : 0.0f;
   auto load_panel = [&](const float* src) {
     for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads) X[(idx / dk) * ldk + idx % dk] = src[idx];
   };
@@ -369,34 +373,34 @@ __global__ void __launch_bounds__(kChunkThreads)
     load_panel(terms.Wk + item * kChunk * dk);
     for (int idx = tid; idx < kChunk * kChunk; idx += kChunkThreads)
       Pm[(idx / kChunk) * (kChunk + 1) + idx % kChunk] = terms.P[item * kChunk * kChunk + idx];
-    for (int idx = tid; idx < kChunk * kPassCols; idx += kChunkThreads)
+    for (int idx = tid; idx < kChunk * kCols; idx += kChunkThreads)
       Vn[idx] =
-          idx % kPassCols < nj ? terms.U[item * kChunk * dv + (idx / kPassCols) * dv + j0 + idx % kPassCols] : 0.0f;
+          idx % kCols < nj ? terms.U[item * kChunk * dv + (idx / kCols) * dv + j0 + idx % kCols] : 0.0f;
     __syncthreads();
     {
-      float acc[2][4] = {};
-      panel_times_state(X, ldk, S, dk, tx, ty, acc);
+      float acc[2][kCols / 8] = {};
+      panel_times_state<kCols>(X, ldk, S, dk, tx, ty, acc);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) Vn[(ty + 32 * r) * kPassCols + tx + 8 * c] -= acc[r][c];
+        for (int c = 0; c < kCols / 8; ++c) Vn[(ty + 32 * r) * kCols + tx + 8 * c] -= acc[r][c];
     }
     __syncthreads();
     load_panel(terms.Qd + item * kChunk * dk);
     __syncthreads();
     {
-      float acc[2][4] = {};
-      panel_times_state(X, ldk, S, dk, tx, ty, acc);
+      float acc[2][kCols / 8] = {};
+      panel_times_state<kCols>(X, ldk, S, dk, tx, ty, acc);
       for (int s = 0; s < kChunk; ++s)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            acc[r][c] = fmaf(Pm[(ty + 32 * r) * (kChunk + 1) + s], Vn[s * kPassCols + tx + 8 * c], acc[r][c]);
+          for (int c = 0; c < kCols / 8; ++c)
+            acc[r][c] = fmaf(Pm[(ty + 32 * r) * (kChunk + 1) + s], Vn[s * kCols + tx + 8 * c], acc[r][c]);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < kCols / 8; ++c) {
           const int t = ty + 32 * r, j = tx + 8 * c;
           if (t < L && j < nj) out[(t0 + t) * nv * dv + h * dv + j0 + j] = acc[r][c];
         }
@@ -406,28 +410,28 @@ __global__ void __launch_bounds__(kChunkThreads)
     __syncthreads();
     const float decay = terms.decay[item];
     for (int64_t i0 = 0; i0 < dk; i0 += kChunk) {
-      float acc[2][4] = {};
+      float acc[2][kCols / 8] = {};
       for (int s = 0; s < kChunk; ++s)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int64_t i = i0 + ty + 32 * r;
           const float k = i < dk ? X[s * ldk + i] : 0.0f;
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(k, Vn[s * kPassCols + tx + 8 * c], acc[r][c]);
+          for (int c = 0; c < kCols / 8; ++c) acc[r][c] = fmaf(k, Vn[s * kCols + tx + 8 * c], acc[r][c]);
         }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t i = i0 + ty + 32 * r;
         if (i < dk)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            S[i * kPassCols + tx + 8 * c] = fmaf(decay, S[i * kPassCols + tx + 8 * c], acc[r][c]);
+          for (int c = 0; c < kCols / 8; ++c)
+            S[i * kCols + tx + 8 * c] = fmaf(decay, S[i * kCols + tx + 8 * c], acc[r][c]);
       }
     }
     __syncthreads();
   }
-  for (int64_t idx = tid; idx < dk * kPassCols; idx += kChunkThreads)
-    if (idx % kPassCols < nj) Sh[(idx / kPassCols) * dv + idx % kPassCols] = S[idx];
+  for (int64_t idx = tid; idx < dk * kCols; idx += kChunkThreads)
+    if (idx % kCols < nj) Sh[(idx / kCols) * dv + idx % kCols] = S[idx];
 }
 
 // Opts a kernel into more than 48 KB of dynamic shared memory where it needs it.
@@ -480,7 +484,7 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
 void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes) {
   const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
   allow_shared(gdn_chunk_prep_kernel, prep_bytes, "gdn_chunk_prep_kernel shared memory");
-  allow_shared(gdn_state_pass_kernel, pass_bytes, "gdn_state_pass_kernel shared memory");
+  allow_shared(gdn_state_pass_kernel<kPassCols>, pass_bytes, "gdn_state_pass_kernel shared memory");
 
   const int64_t n_chunks = (T + kChunk - 1) / kChunk, round = std::min(kRoundChunks, n_chunks), items = round * nv;
   Tensor scratch = scratch_f32(items * (kChunk * (3 * dk + dv) + kChunk * kChunk + 1));
@@ -494,7 +498,7 @@ void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t p
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
     launch(stream_, "gdn_chunk_prep_kernel", gdn_chunk_prep_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(nv)), kChunkThreads, prep_bytes, a.qkv->f32(), a.g->f32(), a.beta->f32(), T, c0, a.n_k_heads, nv, dk, dv, terms);
-    launch(stream_, "gdn_state_pass_kernel", gdn_state_pass_kernel, dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
+    launch(stream_, "gdn_state_pass_kernel", gdn_state_pass_kernel<kPassCols>, dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
   }
 }
 

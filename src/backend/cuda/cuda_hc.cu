@@ -208,14 +208,15 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
   rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
   Tensor m = scratch_f32(W * T);
-  matmul(down, n.f32(), T, lo.f32());
+  // The down and inject products read the same n (quantized once for the int8 tile).
+  const DeviceMatrix* reads_n[] = {&down, inject};
+  float* n_products[] = {lo.f32(), inject ? a.inject_w->f32() : nullptr};
+  matmul_shared(std::span(reads_n, inject ? 2 : 1), n.f32(), W, T, std::span(n_products, inject ? 2 : 1));
   launch(stream_, "scaled_silu_kernel", scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
   matmul(up, lo.f32(), T, m.f32());
   launch(stream_, "hc_mix_kernel", hc_mix_kernel, blocks_for(H * T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
-  if (a.inject) {
-    matmul(*inject, n.f32(), T, a.inject_w->f32());
+  if (a.inject)
     launch(stream_, "inject_weights_kernel", inject_weights_kernel, blocks_for(S * T, kThreads), kThreads, 0, a.inject_w->f32(), S * T, 1.0 / S);
-  }
 }
 
 void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {

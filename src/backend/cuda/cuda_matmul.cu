@@ -3,6 +3,7 @@
 // per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
 // (prefill): 64×64 tensor-core tiles, on int8 codes for the types of cuda_gemm_int8.cuh (their
 // activations quantized first, here) and on split-TF32 floats for the others (cuda_gemm.cuh).
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -265,12 +266,13 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
   }
 }
 
-// The int8 tile's product (T > kMatvecMaxTokens), its K split as launch_matmul splits it.
+// The int8 tile's product (T > kMatvecMaxTokens) on activations xq quantized for I, its K split
+// as launch_matmul splits it.
 template <typename I>
-void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
+void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedActivations& xq, int64_t T, float* out,
+                        cudaStream_t stream) {
   [[maybe_unused]] static const bool shared_ready = allow_gemm_int8_shared(gemm_int8_kernel<I>, "gemm_int8_kernel shared memory");
   const int64_t N = w.n_rows, K = w.K;
-  QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, T, K);
   const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
   const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmInt8BlocksPerSm);
   const int splits = static_cast<int>((K / 32 + split_chunks - 1) / split_chunks);
@@ -307,7 +309,10 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
     return;
   }
   if (T > kMatvecMaxTokens && int8_product(w.type)) {
-    dispatch_int8_type(w.type, [&](auto i8) { launch_int8_matmul<decltype(i8)>(*this, w, x, T, out, stream_); });
+    dispatch_int8_type(w.type, [&](auto i8) {
+      using I = decltype(i8);
+      launch_int8_matmul<I>(*this, w, quantize_activations(*this, I::kBlock256, x, T, w.K), T, out, stream_);
+    });
     return;
   }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, w, x, T, out, stream_); });
@@ -324,29 +329,51 @@ void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const 
   OpScope scope(profiler_, "mul_mat_shared_input", x.ne(1), stream_, ws.empty() ? 0 : ws[0]->ne[1]);
   if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
   for (size_t i = 0; i < ws.size(); ++i) check_mul_mat(*ws[i], x, *outs[i]);
-  const int64_t K = x.ne(0), T = x.ne(1);
+  std::vector<const DeviceMatrix*> ms;
+  std::vector<float*> out_ptrs;
+  for (size_t i = 0; i < ws.size(); ++i) ms.push_back(&matrix(*ws[i])), out_ptrs.push_back(outs[i]->f32());
+  matmul_shared(ms, x.f32(), x.ne(0), x.ne(1), out_ptrs);
+}
+
+void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
+                                std::span<float* const> outs) {
   // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
   std::vector<const DeviceMatrix*> batch;
   std::vector<float*> batch_out;
-  std::vector<bool> done(ws.size(), false);
+  std::vector<bool> done(ms.size(), false);
   if (T <= kMatvecMaxTokens) {
-    for (size_t i = 0; i < ws.size(); ++i) {
-      const DeviceMatrix& first = matrix(*ws[i]);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const DeviceMatrix& first = *ms[i];
       if (done[i] || !has_unit_loader(first.type, K)) continue;
       batch.clear();
       batch_out.clear();
-      for (size_t j = i; j < ws.size() && batch.size() < kMaxSegments; ++j) {
-        const DeviceMatrix& m = matrix(*ws[j]);
+      for (size_t j = i; j < ms.size() && batch.size() < kMaxSegments; ++j) {
+        const DeviceMatrix& m = *ms[j];
         if (done[j] || m.type != first.type || m.n_rows == 0) continue;
         batch.push_back(&m);
-        batch_out.push_back(outs[j]->f32());
+        batch_out.push_back(outs[j]);
         done[j] = true;
       }
-      if (!batch.empty()) dispatch_unit(first.type, [&](auto unit) { gemv<decltype(unit)>(batch, batch_out, K, x.f32(), T, stream_); });
+      if (!batch.empty()) dispatch_unit(first.type, [&](auto unit) { gemv<decltype(unit)>(batch, batch_out, K, x, T, stream_); });
     }
   }
-  for (size_t i = 0; i < ws.size(); ++i)
-    if (!done[i]) matmul(matrix(*ws[i]), x.f32(), T, outs[i]->f32());
+  // Prefill: the int8 products quantize x once per activation format (Q8_0, Q8_K) and share it.
+  if (T > kMatvecMaxTokens) {
+    std::optional<QuantizedActivations> xq[2];
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const DeviceMatrix& m = *ms[i];
+      if (m.n_rows == 0 || !int8_product(m.type)) continue;
+      dispatch_int8_type(m.type, [&](auto i8) {
+        using I = decltype(i8);
+        std::optional<QuantizedActivations>& q = xq[I::kBlock256 ? 1 : 0];
+        if (!q) q = quantize_activations(*this, I::kBlock256, x, T, K);
+        launch_int8_matmul<I>(*this, m, *q, T, outs[i], stream_);
+      });
+      done[i] = true;
+    }
+  }
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (!done[i]) matmul(*ms[i], x, T, outs[i]);
 }
 
 }  // namespace regolith::cuda
