@@ -48,37 +48,28 @@ __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* i
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) rope_pair(out, i, half, inv_freq[i], b * ratio);
 }
 
-// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64, summed in the reference's order (the
-// float products are exact in FP64, so the scores are the reference's bit for bit). A block per
-// (token, kScoreBlocks pooled blocks): the token's query rows and the blocks' keys (rows of d + 1:
-// thread j reads its own row free of bank conflicts) in shared memory, a thread per pooled block.
-constexpr int kScoreBlocks = 128;
-
-size_t score_shared_bytes(int64_t d, int64_t nh) { return static_cast<size_t>(nh * d + kScoreBlocks * (d + 1)) * sizeof(float); }
-
-__global__ void __launch_bounds__(kScoreBlocks)
-    qsa_score_kernel(const float* __restrict__ iq, const float* __restrict__ pooled, const int64_t* positions, int64_t d,
-                     int64_t nh, int64_t ratio, int64_t nb_max, double* __restrict__ scores) {
+// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64 (the float products are exact there; the
+// lanes' partial sums meet in a warp reduction, an order other than the reference's loop, as the
+// CPU backend's vector dot also sums).
+__global__ void qsa_score_kernel(const float* iq, const float* pooled, const int64_t* positions, int64_t d, int64_t nh,
+                                 int64_t ratio, int64_t nb_max, double* scores) {
   grid_dependency_wait();
-  extern __shared__ float score_shared[];
-  const int64_t t = blockIdx.x, b0 = static_cast<int64_t>(blockIdx.y) * kScoreBlocks;
+  // A warp per pooled block, its lanes reading the key row together (was a thread per block, each
+  // reading its own row one value at a time).
+  const int lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32, t = blockIdx.x;
   const int64_t nb = (positions[t] + 1) / ratio;
-  if (b0 >= nb) return;
-  const int64_t n = min(static_cast<int64_t>(kScoreBlocks), nb - b0);
-  float* q = score_shared;    // [nh][d]
-  float* keys = q + nh * d;   // [kScoreBlocks][d + 1]
-  for (int64_t i = threadIdx.x; i < nh * d; i += blockDim.x) q[i] = iq[t * nh * d + i];
-  for (int64_t i = threadIdx.x; i < n * d; i += blockDim.x) keys[(i / d) * (d + 1) + i % d] = pooled[b0 * d + i];
-  __syncthreads();
-  if (threadIdx.x >= n) return;
-  const float* k = keys + threadIdx.x * (d + 1);
+  if (b >= nb) return;
+  const float* kb = pooled + b * d;
   double s = 0;
   for (int64_t h = 0; h < nh; ++h) {
+    const float* q = iq + (t * nh + h) * d;
     double dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[h * d + i]) * k[i];
+    for (int64_t i = lane; i < d; i += 32) dot += static_cast<double>(q[i]) * kb[i];
+    dot = warp_sum(dot);
     s += 0.0 < dot ? dot : 0.0;
   }
-  scores[t * nb_max + b0 + threadIdx.x] = s / sqrt(static_cast<double>(d));
+  if (lane == 0) scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
 }
 
 // Orders doubles as unsigned integers: a larger score gives a larger key.
@@ -579,12 +570,8 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
   double* scores_d = reinterpret_cast<double*>(scores.f32());
   if (nb_max > 0) {
-    const size_t smem = score_shared_bytes(d, nh);
-    if (smem > 48 * 1024)
-      check(cudaFuncSetAttribute(qsa_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-            "qsa_score_kernel shared memory");
-    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kScoreBlocks));
-    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kScoreBlocks, smem, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
+    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kThreads / 32));
+    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
   }
   launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
