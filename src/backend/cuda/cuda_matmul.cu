@@ -140,18 +140,16 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
       [=](int tt) { return t0 + tt; });
 }
 
-// The int8 twin of gemm_kernel over xq, the quantized activations; with rows_fastest the grid is
-// (row tiles, token tiles, K splits), so that the row tiles of one token tile run side by side.
+// The int8 twin of gemm_kernel: the same grid over xq, the quantized activations.
 template <typename I>
 __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
     gemm_int8_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t split_chunks, int64_t N,
-                     QuantizedX xq, int64_t T, bool rows_fastest, float* __restrict__ out) {
+                     QuantizedX xq, int64_t T, float* __restrict__ out) {
   grid_dependency_wait();
-  const unsigned col_tile = rows_fastest ? blockIdx.y : blockIdx.x, row_tile = rows_fastest ? blockIdx.x : blockIdx.y;
-  const int64_t t0 = static_cast<int64_t>(col_tile) * kGemmCols, c_begin = blockIdx.z * split_chunks;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, c_begin = blockIdx.z * split_chunks;
   const int64_t c_end = min(c_begin + split_chunks, K / 32);
   gemm_int8_tile<I>(
-      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(row_tile) * kGemmRows,
+      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(blockIdx.y) * kGemmRows,
       T - t0 < kGemmCols ? T - t0 : kGemmCols, xq, [=](int tt) { return t0 + tt; }, out + blockIdx.z * T * N,
       [=](int tt) { return t0 + tt; });
 }
@@ -279,12 +277,8 @@ void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedA
   const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmInt8BlocksPerSm);
   const int splits = static_cast<int>((K / 32 + split_chunks - 1) / split_chunks);
   Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
-  // A token tile's codes are read by every row tile, a row tile by every token tile: the larger
-  // operand is swept once from memory while the smaller one stays in L2 (HC down at pp8192: 84 MB
-  // of activation codes against 3.4 MB of weights).
-  const bool rows_fastest = static_cast<uint64_t>(T * K) > static_cast<uint64_t>(N) * w.row_bytes && col_tiles <= 65535;
-  dim3 grid = rows_fastest ? dim3(row_tiles, col_tiles, splits) : dim3(col_tiles, row_tiles, splits);
-  launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, rows_fastest, splits > 1 ? part.f32() : out);
+  dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
+  launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, splits > 1 ? part.f32() : out);
   if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
 }
 
