@@ -227,8 +227,9 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
 // a short decode still spreads over blocks), scoring every query head of the group against each K row it reads once
 // (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
 // with a thread per dimension, so that each V element is read once for all the group's heads. A
-// combine pass merges the splits' partials. Decode uses a split per chunk (work spread over many
-// blocks however long the context); prefill one split per token and kv head (no partial sums).
+// combine pass merges the splits' partials. Splits fill the GPU: decode takes up to a split per
+// chunk (work spread over many blocks however long the context), more tokens fewer. Prefills of
+// kMmaMinTokens tokens or more take qsa_attend_mma_kernel instead.
 constexpr int kAttendChunk = 64;
 constexpr int kAttendMaxGroup = 16;  // query heads per kv head
 constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
