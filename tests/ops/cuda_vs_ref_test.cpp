@@ -287,6 +287,27 @@ TEST_F(CudaVsRef, MulMatSharedInput) {
   }
 }
 
+// One qsa_attend call's inputs (q and gate [hd, nh, T], caches [hd, nkv, cap], selections
+// [max_sel, T]) and its output on a backend.
+struct QsaCase {
+  const std::vector<float>&q, &gate, &kc, &vc;
+  const std::vector<int32_t>&sel, &n_sel;
+  int64_t hd, nh, nkv, cap, max_sel, T;
+  float scale;
+};
+
+std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
+  Tensor tq = upload(be, c.q, {c.hd, c.nh, c.T, 1}), tg = upload(be, c.gate, {c.hd, c.nh, c.T, 1});
+  Tensor tk = upload(be, c.kc, {c.hd, c.nkv, c.cap, 1}), tv = upload(be, c.vc, {c.hd, c.nkv, c.cap, 1});
+  Tensor ts = be.alloc(DType::I32, {c.max_sel, c.T, 1, 1}), tn = be.alloc(DType::I32, {c.T, 1, 1, 1});
+  be.write(ts, c.sel.data(), c.sel.size() * 4);
+  be.write(tn, c.n_sel.data(), c.n_sel.size() * 4);
+  Tensor o = be.alloc_f32(c.hd * c.nh, c.T);
+  be.qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn, .scale = c.scale,
+                 .out = &o});
+  return be.read_f32(o);
+}
+
 // Decode attention over long selections: chunks of 64 positions per (token, kv head) and their
 // merge, with tokens of different counts and 12 query heads per kv head; then 20 per kv head,
 // more than the chunk kernel takes (16), which runs the kernel with a block per query head.
@@ -301,20 +322,8 @@ TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
         n_sel[t] = static_cast<int32_t>(max_sel - 130 * t);  // 700, 570, 440: whole and partial chunks
         for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>((j * 7 + t) % cap);
       }
-      std::vector<float> out[2];
-      int i = 0;
-      for (Backend* be : {cuda.get(), ref.get()}) {
-        Tensor tq = upload(*be, q, {hd, nh, T, 1}), tg = upload(*be, gate, {hd, nh, T, 1});
-        Tensor tk = upload(*be, kc, {hd, nkv, cap, 1}), tv = upload(*be, vc, {hd, nkv, cap, 1});
-        Tensor ts = be->alloc(DType::I32, {max_sel, T, 1, 1}), tn = be->alloc(DType::I32, {T, 1, 1, 1});
-        be->write(ts, sel.data(), sel.size() * 4);
-        be->write(tn, n_sel.data(), n_sel.size() * 4);
-        Tensor o = be->alloc_f32(hd * nh, T);
-        be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn,
-                        .scale = 0.125f, .out = &o});
-        out[i++] = be->read_f32(o);
-      }
-      report_close(out[0], widen(out[1]), 2e-6,
+      const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 0.125f};
+      report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
                    "qsa_attend decode G=" + std::to_string(nh / nkv) + " T=" + std::to_string(T));
     }
   }
@@ -497,20 +506,8 @@ TEST_F(CudaVsRef, QsaAttendPrefillTensorCores) {
         n_sel[t] = static_cast<int32_t>(1 + (t * 37) % max_sel);
         for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>((j * 7 + 3 * t) % cap);
       }
-      std::vector<float> out[2];
-      int i = 0;
-      for (Backend* be : {cuda.get(), ref.get()}) {
-        Tensor tq = upload(*be, q, {hd, nh, T, 1}), tg = upload(*be, gate, {hd, nh, T, 1});
-        Tensor tk = upload(*be, kc, {hd, nkv, cap, 1}), tv = upload(*be, vc, {hd, nkv, cap, 1});
-        Tensor ts = be->alloc(DType::I32, {max_sel, T, 1, 1}), tn = be->alloc(DType::I32, {T, 1, 1, 1});
-        be->write(ts, sel.data(), sel.size() * 4);
-        be->write(tn, n_sel.data(), n_sel.size() * 4);
-        Tensor o = be->alloc_f32(hd * nh, T);
-        be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn,
-                        .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .out = &o});
-        out[i++] = be->read_f32(o);
-      }
-      report_close(out[0], widen(out[1]), 2e-6,
+      const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 1.0f / std::sqrt(static_cast<float>(hd))};
+      report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
                    "qsa_attend prefill hd=" + std::to_string(hd) + " G=" + std::to_string(nh / nkv));
     }
   }

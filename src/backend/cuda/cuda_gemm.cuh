@@ -68,6 +68,24 @@ inline unsigned gemm_row_blocks(int64_t N) {
   return blocks_for(N, kGemmRows);
 }
 
+// A warp's 32 × 32 accumulators (acc[m16 tile][n8 tile][e], fragment coordinates g, t) to rows
+// row0 + .. (< N) and columns col0 + .. (< n_cols) of out: accumulator e of a tile is its row
+// g + 8·(e / 2), column 2t + e % 2.
+template <typename OutRow>
+__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][4][4], int64_t row0, int col0, int g, int t,
+                                                int64_t N, int64_t n_cols, float* __restrict__ out, OutRow out_row) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t n = row0 + mi * 16 + g + 8 * (e / 2);
+        const int col = col0 + ni * 8 + 2 * t + e % 2;
+        if (n < N && col < n_cols) out[out_row(col) * N + n] = acc[mi][ni][e];
+      }
+}
+
 // out[out_row(c)·N + n] = W[n]·x[x_row(c)·K ..] over the 32-value chunks [c_begin, c_end) of K
 // (c_begin a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols.
 // x_vec4: x rows may be read 16 bytes at a time (K % 4 == 0 and x 16-byte aligned). Launch with
@@ -176,17 +194,7 @@ __device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int
     }
     __syncthreads();  // the next stage overwrites the tiles
   }
-  // Accumulator e of a tile: row g + 8·(e / 2), column 2t + e % 2.
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t n = n0 + warp_row + mi * 16 + g + 8 * (e / 2);
-        const int col = warp_col + ni * 8 + 2 * t + e % 2;
-        if (n < N && col < n_cols) out[out_row(col) * N + n] = acc[mi][ni][e];
-      }
+  store_warp_tile(acc, n0 + warp_row, warp_col, g, t, N, n_cols, out, out_row);
 }
 
 }  // namespace regolith::cuda

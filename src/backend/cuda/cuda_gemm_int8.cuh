@@ -433,16 +433,7 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
     if (more) store_weights(stages[buf ^ 1], c0 + kStageChunks);
     __syncthreads();  // the next stage overwrites this one's buffer
   }
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t n = n0 + warp_row + mi * 16 + g + 8 * (e / 2);
-        const int col = warp_col + ni * 8 + 2 * t + e % 2;
-        if (n < N && col < n_cols) out[out_row(col) * N + n] = acc[mi][ni][e];
-      }
+  store_warp_tile(acc, n0 + warp_row, warp_col, g, t, N, n_cols, out, out_row);
 }
 
 }  // namespace regolith::cuda
