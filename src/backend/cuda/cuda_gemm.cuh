@@ -48,12 +48,12 @@ constexpr int kRowPitch = kStepChunks * kChunkPitch + 4;
 constexpr size_t kGemmSharedBytes =
     (kGemmRows + kGemmCols) * gemm_detail::kRowPitch * sizeof(float) + kGemmCols * sizeof(int64_t);
 
-// A kernel running gemm_tile needs more than the default 48 KB of shared memory; call once per
-// kernel before its first launch (e.g. from a function-local static).
+// A kernel running gemm_tile (bytes kGemmSharedBytes) or gemm_int8_tile (kGemmInt8SharedBytes)
+// needs more than the default 48 KB of shared memory; call once per kernel before its first launch
+// (e.g. from a function-local static).
 template <typename Kernel>
-bool allow_gemm_shared(Kernel kernel, const char* name) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmSharedBytes)),
-        name);
+bool allow_gemm_shared(Kernel kernel, size_t bytes, const char* name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), name);
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
         name);
   return true;

@@ -304,17 +304,6 @@ struct Stage {
 
 constexpr size_t kGemmInt8SharedBytes = 2 * sizeof(i8_detail::Stage) + kGemmCols * sizeof(int64_t);
 
-// A kernel running gemm_int8_tile needs more than the default 48 KB of shared memory; call once
-// per kernel before its first launch.
-template <typename Kernel>
-bool allow_gemm_int8_shared(Kernel kernel, const char* name) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemmInt8SharedBytes)),
-        name);
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-        name);
-  return true;
-}
-
 // out[out_row(c)·N + n] = W[n]·x̂[x_row(c)] over the 32-value chunks [c_begin, c_end) of K (c_begin
 // a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols, x̂ the
 // quantized activations xq. Launch with kGemmThreads threads and kGemmInt8SharedBytes of dynamic

@@ -255,7 +255,7 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
     else
       launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
   } else {
-    [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, "gemm_kernel shared memory");
+    [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
     const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
     const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmBlocksPerSm);
     const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
@@ -271,7 +271,7 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
 template <typename I>
 void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedActivations& xq, int64_t T, float* out,
                         cudaStream_t stream) {
-  [[maybe_unused]] static const bool shared_ready = allow_gemm_int8_shared(gemm_int8_kernel<I>, "gemm_int8_kernel shared memory");
+  [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_int8_kernel<I>, kGemmInt8SharedBytes, "gemm_int8_kernel shared memory");
   const int64_t N = w.n_rows, K = w.K;
   const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
   const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmInt8BlocksPerSm);

@@ -428,7 +428,7 @@ void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const Expert
     dispatch_int8_type(w.type, [&](auto i8) {
       using I = decltype(i8);
       [[maybe_unused]] static const bool shared_ready =
-          allow_gemm_int8_shared(expert_gemm_int8_kernel<I>, "expert_gemm_int8_kernel shared memory");
+          allow_gemm_shared(expert_gemm_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gemm_int8_kernel shared memory");
       QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, x_rows, w.K);
       launch(stream, "expert_gemm_int8_kernel", expert_gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq.view(), x_per_pair, out);
     });
@@ -436,7 +436,7 @@ void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const Expert
   }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     [[maybe_unused]] static const bool shared_ready =
-        allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, "expert_gemm_kernel shared memory");
+        allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, kGemmSharedBytes, "expert_gemm_kernel shared memory");
     launch(stream, "expert_gemm_kernel", expert_gemm_kernel<decltype(dq)>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
