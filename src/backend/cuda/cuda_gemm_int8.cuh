@@ -46,22 +46,11 @@ struct I8;
 
 namespace i8_detail {
 
-// 32 bytes at p (2-byte aligned) as eight words, with the widest loads p's alignment allows.
+// 32 bytes at p as eight words; p is 16-byte aligned (device rows start at multiples of 16 bytes,
+// and Q8_0 codes, Q4_K/Q5_K quants and Q5_K high bits sit at multiples of 16 within them).
 __device__ __forceinline__ void load_32_bytes(const uint8_t* p, uint32_t (&w)[8]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (a % 16 == 0) {
-    const uint4 u0 = __ldg(reinterpret_cast<const uint4*>(p)), u1 = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-    w[0] = u0.x, w[1] = u0.y, w[2] = u0.z, w[3] = u0.w, w[4] = u1.x, w[5] = u1.y, w[6] = u1.z, w[7] = u1.w;
-  } else if (a % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p) + i);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p) + 2 * i;
-      w[i] = __ldg(h) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
-    }
-  }
+  const uint4 u0 = __ldg(reinterpret_cast<const uint4*>(p)), u1 = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+  w[0] = u0.x, w[1] = u0.y, w[2] = u0.z, w[3] = u0.w, w[4] = u1.x, w[5] = u1.y, w[6] = u1.z, w[7] = u1.w;
 }
 
 // 16 bytes at p (2-byte aligned) as four words.
