@@ -174,14 +174,10 @@ __device__ void gemm_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int
 #pragma unroll
           for (int mi = 0; mi < 2; ++mi) {
             // rows g and g + 8, columns k = t and t + 4 of the m16 tile
-            SplitTf32 a0 = split_tf32(s ? a[mi][0].z : a[mi][0].x), a1 = split_tf32(s ? a[mi][1].z : a[mi][1].x);
-            SplitTf32 a2 = split_tf32(s ? a[mi][0].w : a[mi][0].y), a3 = split_tf32(s ? a[mi][1].w : a[mi][1].y);
+            const SplitTf32 ak[4] = {split_tf32(s ? a[mi][0].z : a[mi][0].x), split_tf32(s ? a[mi][1].z : a[mi][1].x),
+                                     split_tf32(s ? a[mi][0].w : a[mi][0].y), split_tf32(s ? a[mi][1].w : a[mi][1].y)};
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {  // the small terms first
-              mma_tf32(part[mi][ni], a0.lo, a1.lo, a2.lo, a3.lo, bk[ni][0].hi, bk[ni][1].hi);
-              mma_tf32(part[mi][ni], a0.hi, a1.hi, a2.hi, a3.hi, bk[ni][0].lo, bk[ni][1].lo);
-              mma_tf32(part[mi][ni], a0.hi, a1.hi, a2.hi, a3.hi, bk[ni][0].hi, bk[ni][1].hi);
-            }
+            for (int ni = 0; ni < 4; ++ni) mma_split_tf32(part[mi][ni], ak, bk[ni]);
           }
         }
       }
