@@ -240,6 +240,20 @@ int64_t split_chunks_for(int64_t tiles, int64_t K, int blocks_per_sm) {
   return ((n_chunks + splits - 1) / splits + kStage - 1) / kStage * kStage;
 }
 
+// A tiled product of N rows by T tokens over K: launch_tiles(grid, split_chunks, dst) launches the
+// tile kernel on grid (token tiles, row tiles, K splits), each split writing dst + z·T·N; with
+// more than one split the partial outputs are summed into out in split order.
+template <typename LaunchTiles>
+void split_product(CudaBackend& be, int64_t N, int64_t K, int64_t T, int blocks_per_sm, float* out, cudaStream_t stream,
+                   LaunchTiles launch_tiles) {
+  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
+  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, blocks_per_sm);
+  const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
+  Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
+  launch_tiles(dim3(col_tiles, row_tiles, static_cast<unsigned>(splits)), split_chunks, splits > 1 ? part.f32() : out);
+  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
+}
+
 template <typename D>
 void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
   const int64_t N = w.n_rows, K = w.K;
@@ -256,30 +270,21 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
       launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
   } else {
     [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
-    const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
-    const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmBlocksPerSm);
-    const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
-    Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
-    dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
-    launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, split_chunks, N, x, T, rows_vec4(x, K), splits > 1 ? part.f32() : out);
-    if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
+    split_product(be, N, K, T, kGemmBlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
+      launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, split_chunks, N, x, T, rows_vec4(x, K), dst);
+    });
   }
 }
 
-// The int8 tile's product (T > kMatvecMaxTokens) on activations xq quantized for I, its K split
-// as launch_matmul splits it.
+// The int8 tile's product (T > kMatvecMaxTokens) on activations xq quantized for I.
 template <typename I>
 void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedActivations& xq, int64_t T, float* out,
                         cudaStream_t stream) {
   [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_int8_kernel<I>, kGemmInt8SharedBytes, "gemm_int8_kernel shared memory");
   const int64_t N = w.n_rows, K = w.K;
-  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
-  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, kGemmInt8BlocksPerSm);
-  const int splits = static_cast<int>((K / 32 + split_chunks - 1) / split_chunks);
-  Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
-  dim3 grid(col_tiles, row_tiles, static_cast<unsigned>(splits));
-  launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, splits > 1 ? part.f32() : out);
-  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
+  split_product(be, N, K, T, kGemmInt8BlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
+    launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, dst);
+  });
 }
 
 }  // namespace
