@@ -584,9 +584,13 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   check_qsa_attend(a);
   if (nh * T == 0) return;
   if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256) {
+    [[maybe_unused]] static const bool shared_ready = [] {  // once, for the widest head
+      check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(mma_attend_words(256) * sizeof(float))),
+            "qsa_attend_mma_kernel shared memory");
+      return true;
+    }();
     const size_t smem = mma_attend_words(hd) * sizeof(float);
-    check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-          "qsa_attend_mma_kernel shared memory");
     launch(stream_, "qsa_attend_mma_kernel", qsa_attend_mma_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
     return;
   }
