@@ -6,6 +6,8 @@
 // activations in registers and applies them to R rows, so activations are read once per R rows.
 // Codes become floats by the exponent trick (a code OR'ed under the bits of 2^23, then 2^23
 // subtracted), which runs on the integer and FP32 pipes instead of the slower conversion unit.
+// A unit is fetched (its raw bytes, `Raw`) apart from being decoded, so that a thread puts the
+// loads of all its rows in flight before it waits for the first of them.
 //
 // Types with a unit loader here: F32, F16, BF16 (K a multiple of 16), Q8_0 in the device layout
 // of cuda_quant.cuh, Q4_K. Others take the chunk-based matvec (cuda_matmul.cu).
@@ -42,25 +44,36 @@ struct Unit;
 
 template <>
 struct Unit<GgmlType::F32> {
+  struct Raw {
+    float4 v[4];
+  };
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
-  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+  __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t) {
     const float4* p = reinterpret_cast<const float4*>(row) + u * 4;
+    Raw r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float4 v = __ldg(p + i);
-      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-    }
+    for (int i = 0; i < 4; ++i) r.v[i] = __ldg(p + i);
+    return r;
+  }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[4 * i] = r.v[i].x, w[4 * i + 1] = r.v[i].y, w[4 * i + 2] = r.v[i].z, w[4 * i + 3] = r.v[i].w;
   }
 };
 
-// 16 values stored as 16-bit floats: two 16-byte loads, two values per 32-bit word.
-template <typename Widen>
-__device__ __forceinline__ void load_16bit_unit(const uint8_t* row, int64_t u, float* w, Widen widen) {
+// 16 values stored as 16-bit floats: two 16-byte words, two values per 32-bit word.
+struct Raw16Bit {
+  uint4 v[2];
+};
+__device__ __forceinline__ Raw16Bit fetch_16bit_unit(const uint8_t* row, int64_t u) {
   const uint4* p = reinterpret_cast<const uint4*>(row) + u * 2;
+  return {{__ldg(p), __ldg(p + 1)}};
+}
+template <typename Widen>
+__device__ __forceinline__ void decode_16bit_unit(const Raw16Bit& r, float* w, Widen widen) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    uint4 v = __ldg(p + i);
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    const uint32_t words[4] = {r.v[i].x, r.v[i].y, r.v[i].z, r.v[i].w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) widen(words[j], w + 8 * i + 2 * j);
   }
@@ -68,9 +81,11 @@ __device__ __forceinline__ void load_16bit_unit(const uint8_t* row, int64_t u, f
 
 template <>
 struct Unit<GgmlType::F16> {
+  using Raw = Raw16Bit;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
-  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
-    load_16bit_unit(row, u, w, [](uint32_t word, float* out) {
+  __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t) { return fetch_16bit_unit(row, u); }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    decode_16bit_unit(r, w, [](uint32_t word, float* out) {
       float2 f = __half22float2(*reinterpret_cast<const __half2*>(&word));
       out[0] = f.x, out[1] = f.y;
     });
@@ -79,9 +94,11 @@ struct Unit<GgmlType::F16> {
 
 template <>
 struct Unit<GgmlType::BF16> {
+  using Raw = Raw16Bit;
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
-  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
-    load_16bit_unit(row, u, w, [](uint32_t word, float* out) {
+  __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t) { return fetch_16bit_unit(row, u); }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    decode_16bit_unit(r, w, [](uint32_t word, float* out) {
       out[0] = __uint_as_float(word << 16), out[1] = __uint_as_float(word & 0xFFFF0000u);
     });
   }
@@ -90,10 +107,17 @@ struct Unit<GgmlType::BF16> {
 // Device layout (cuda_quant.cuh): the row's K codes, then its K/32 fp16 scales.
 template <>
 struct Unit<GgmlType::Q8_0> {
+  struct Raw {
+    uint4 codes;
+    uint16_t d;
+  };
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
-  __device__ static void load(const uint8_t* row, int64_t u, int64_t K, float* w) {
-    uint4 v = __ldg(reinterpret_cast<const uint4*>(row) + u);
-    const float d = f16(__ldg(reinterpret_cast<const uint16_t*>(row + K) + u / 2));
+  __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t K) {
+    return {__ldg(reinterpret_cast<const uint4*>(row) + u), __ldg(reinterpret_cast<const uint16_t*>(row + K) + u / 2)};
+  }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    const uint4 v = r.codes;
+    const float d = f16(r.d);
     // Codes are signed: flipping the top bit makes them code + 128 as unsigned bytes.
     const uint32_t words[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
 #pragma unroll
@@ -115,15 +139,23 @@ __device__ __forceinline__ int k4_scale_byte(const uint4& h, int i) {
 // (sub-block 2g + 1). Blocks are 144 bytes, so each header is 16-byte aligned in a device row.
 template <>
 struct Unit<GgmlType::Q4_K> {
+  struct Raw {
+    uint2 q;
+    uint4 header;
+  };
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) {
     const int v = static_cast<int>(u % 16);
     x0 = (u / 16) * 256 + (v / 4) * 64 + (v % 4) * 8, x1 = x0 + 32;
   }
-  __device__ static void load(const uint8_t* row, int64_t u, int64_t, float* w) {
+  __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t) {
     const auto* b = reinterpret_cast<const quant::BlockQ4_K*>(row) + u / 16;
+    const int v = static_cast<int>(u % 16);
+    return {__ldg(reinterpret_cast<const uint2*>(b->qs + 32 * (v / 4) + (v % 4) * 8)), __ldg(reinterpret_cast<const uint4*>(b))};
+  }
+  __device__ static void decode(const Raw& r, int64_t u, float* w) {
     const int v = static_cast<int>(u % 16), g = v / 4;
-    uint2 q = __ldg(reinterpret_cast<const uint2*>(b->qs + 32 * g + (v % 4) * 8));
-    const uint4 header = __ldg(reinterpret_cast<const uint4*>(b));
+    const uint2 q = r.q;
+    const uint4 header = r.header;
     const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
     const auto scale_byte = [&](int i) { return k4_scale_byte(header, i); };
     int sc0, m0, sc1, m1;
@@ -170,14 +202,33 @@ __host__ __device__ __forceinline__ void dispatch_unit(GgmlType type, Fn&& fn) {
   }
 }
 
+// Rows to read for rows[0 .. R): an absent (null) row reads the first present one instead, so that
+// no load waits behind a branch and a thread has all its rows' loads in flight at once. Callers
+// drop absent rows' results. False when no row is present.
+template <int R>
+__device__ __forceinline__ bool rows_to_fetch(const uint8_t* const (&rows)[R], const uint8_t* (&src)[R]) {
+  const uint8_t* present = nullptr;
+#pragma unroll
+  for (int r = R - 1; r >= 0; --r) present = rows[r] ? rows[r] : present;
+#pragma unroll
+  for (int r = 0; r < R; ++r) src[r] = rows[r] ? rows[r] : present;
+  return present != nullptr;
+}
+
 // acc[r][t] += this thread's share of rows[r]·x_t (x_t = x + t·ldx, t < T <= TB): units u = first,
-// first + stride, ... of K/16.
+// first + stride, ... of K/16. A unit's R rows are all fetched before the first is decoded.
+// Absent (null) rows' acc hold meaningless sums.
 template <typename U, int R, int TB>
 __device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R], int64_t K, const float* __restrict__ x,
                                                 int64_t ldx, int T, int64_t first, int64_t stride, float (&acc)[R][TB]) {
+  const uint8_t* src[R];
+  if (!rows_to_fetch(rows, src)) return;
   const int64_t n_units = K / kUnit;
 #pragma unroll 2
   for (int64_t u = first; u < n_units; u += stride) {
+    typename U::Raw raw[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) raw[r] = U::fetch(src[r], u, K);
     int64_t x0, x1;
     U::runs(u, x0, x1);
     float xs[TB][16];
@@ -193,9 +244,8 @@ __device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R],
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (rows[r] == nullptr) continue;
       float w[16];
-      U::load(rows[r], u, K, w);
+      U::decode(raw[r], u, w);
 #pragma unroll
       for (int t = 0; t < TB; ++t) {
         if (t < T) {

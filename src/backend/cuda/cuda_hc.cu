@@ -87,19 +87,23 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
   }
   grid_dependency_wait();
+  const uint8_t* src[kRows];
+  rows_to_fetch(rows, src);  // row i0 is present in every block
   float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
   const int64_t u_end = (s + 1) * H / kUnit;
 #pragma unroll 1
   for (int64_t u = s * H / kUnit + threadIdx.x; u < u_end; u += blockDim.x) {
+    typename U::Raw raw[kRows];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
     int64_t x0, x1;
     U::runs(u, x0, x1);
     float gr[16];
     sums[kRows] += load_scaled_run(R + x0, gamma + x0, gr) + load_scaled_run(R + x1, gamma + x1, gr + 8);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
-      if (rows[k] == nullptr) continue;
       float w[16], d = 0.0f;
-      U::load(rows[k], u, kDecodeStreams * H, w);
+      U::decode(raw[k], u, w);
 #pragma unroll
       for (int i = 0; i < 16; ++i) d = fmaf(w[i], gr[i], d);
       sums[k] += d;
