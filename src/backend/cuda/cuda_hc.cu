@@ -100,14 +100,9 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     U::runs(u, x0, x1);
     float gr[16];
     sums[kRows] += load_scaled_run(R + x0, gamma + x0, gr) + load_scaled_run(R + x1, gamma + x1, gr + 8);
+    const typename U::Sums gr_sums = U::sums(gr);
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      float w[16], d = 0.0f;
-      U::decode(raw[k], u, w);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) d = fmaf(w[i], gr[i], d);
-      sums[k] += d;
-    }
+    for (int k = 0; k < kRows; ++k) sums[k] += U::dot(raw[k], u, gr, gr_sums);
   }
   block_reduce_to_first(sums);
   if (threadIdx.x != 0) return;
