@@ -134,7 +134,7 @@ struct Unit<GgmlType::Q8_0> : NoActivationSums {
   };
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) { x0 = u * 16, x1 = x0 + 8; }
   __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t K) {
-    return {__ldg(reinterpret_cast<const uint4*>(row) + u), __ldg(reinterpret_cast<const uint16_t*>(row + K) + u / 2)};
+    return {__ldg(reinterpret_cast<const uint4*>(row) + u), __ldg(reinterpret_cast<const uint16_t*>(row + K) + (u >> 1))};
   }
   // The unit's 16 values share their block's scale d: d·Σ code·x.
   __device__ static float dot(const Raw& r, int64_t, const float* x, Sums) {
@@ -150,11 +150,18 @@ struct Unit<GgmlType::Q8_0> : NoActivationSums {
   }
 };
 
-// Byte i (0..11) of a Q4_K block's 6-bit scale codes, from its 16-byte header h (d and dmin in
-// h.x, the 12 scale bytes in h.y .. h.w): one load per header instead of a load per byte.
-__device__ __forceinline__ int k4_scale_byte(const uint4& h, int i) {
-  const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
-  return static_cast<int>((w >> (8 * (i % 4))) & 0xFFu);
+// The 6-bit scales and mins of sub-blocks 2g and 2g + 1 (g = 0..3) of a Q4_K block, from its
+// 16-byte header h (d and dmin in h.x, the 12 scale bytes s0..s11 in h.y .. h.w): k4_scale_min
+// (cuda_quant.cuh) for both sub-blocks at once and without branches, two bytes in the low 16 bits
+// of `scales` and `mins`. Sub-blocks 0..3 keep 6 bits in s_j (scale) and s_{j+4} (min); 4..7
+// take their low 4 bits from the nibbles of s_{j+4} and their top 2 bits from the top bits of
+// s_{j-4} (scale) and s_j (min). Both pairs sit at byte 2(g mod 2) of their words.
+__device__ __forceinline__ void k4_scale_min_pair(const uint4& h, int g, uint32_t& scales, uint32_t& mins) {
+  const int shift = 16 * (g & 1);
+  const uint32_t a = h.y >> shift, b = h.z >> shift, c = h.w >> shift;
+  const bool first_half = g < 2;
+  scales = first_half ? a & 0x3F3Fu : (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+  mins = first_half ? b & 0x3F3Fu : ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
 }
 
 // 16 units per 256-value block: unit v of a block holds 8 code bytes at qs[32g + l0] (g = v/4,
@@ -166,14 +173,15 @@ struct Unit<GgmlType::Q4_K> {
     uint2 q;
     uint4 header;
   };
+  // Units are never negative: bit operations instead of signed division.
   __device__ static void runs(int64_t u, int64_t& x0, int64_t& x1) {
-    const int v = static_cast<int>(u % 16);
-    x0 = (u / 16) * 256 + (v / 4) * 64 + (v % 4) * 8, x1 = x0 + 32;
+    const int v = static_cast<int>(u & 15);
+    x0 = (u >> 4) * 256 + (v >> 2) * 64 + (v & 3) * 8, x1 = x0 + 32;
   }
   __device__ static Raw fetch(const uint8_t* row, int64_t u, int64_t) {
-    const auto* b = reinterpret_cast<const quant::BlockQ4_K*>(row) + u / 16;
-    const int v = static_cast<int>(u % 16);
-    return {__ldg(reinterpret_cast<const uint2*>(b->qs + 32 * (v / 4) + (v % 4) * 8)), __ldg(reinterpret_cast<const uint4*>(b))};
+    const auto* b = reinterpret_cast<const quant::BlockQ4_K*>(row) + (u >> 4);
+    const int v = static_cast<int>(u & 15);
+    return {__ldg(reinterpret_cast<const uint2*>(b->qs + 32 * (v >> 2) + (v & 3) * 8)), __ldg(reinterpret_cast<const uint4*>(b))};
   }
   // The unit's runs are sub-blocks 2g and 2g + 1, values code·d_j - o_j: d_j·Σ code·x - o_j·Σ x.
   struct Sums {
@@ -186,14 +194,13 @@ struct Unit<GgmlType::Q4_K> {
     return s;
   }
   __device__ static float dot(const Raw& r, int64_t u, const float* x, Sums xs) {
-    const int v = static_cast<int>(u % 16), g = v / 4;
     const uint2 q = r.q;
     const uint4 header = r.header;
     const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
-    const auto scale_byte = [&](int i) { return k4_scale_byte(header, i); };
-    int sc0, m0, sc1, m1;
-    k4_scale_min(2 * g, scale_byte, sc0, m0);
-    k4_scale_min(2 * g + 1, scale_byte, sc1, m1);
+    uint32_t scales, mins;
+    k4_scale_min_pair(header, static_cast<int>(u & 15) >> 2, scales, mins);
+    const float sc0 = byte_as_float(scales, 0), sc1 = byte_as_float(scales, 1);
+    const float m0 = byte_as_float(mins, 0), m1 = byte_as_float(mins, 1);
     const uint32_t words[2] = {q.x, q.y};
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll

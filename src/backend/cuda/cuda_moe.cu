@@ -56,7 +56,6 @@ __device__ void route_token(Load load, int64_t E, int64_t k, int32_t* ids, float
     if (lane + 32 * i < E) sum += exp(static_cast<double>(v[i]) - mx);
   sum = warp_sum(sum);
   uint64_t taken = 0;  // bit i: expert lane + 32i is already picked
-  double top = 0;
   for (int64_t j = 0; j < k; ++j) {
     float best_l = -INFINITY;
     int best_e = -1;
@@ -75,9 +74,16 @@ __device__ void route_token(Load load, int64_t E, int64_t k, int32_t* ids, float
     if (best_e % 32 == lane) taken |= uint64_t{1} << (best_e / 32);
     // The pick's logit waits in weights[j] for the final normalisation.
     if (lane == 0) ids[j] = best_e, weights[j] = best_l;
-    top += exp(static_cast<double>(best_l) - mx) / sum;
   }
   __syncwarp();  // lane 0's logits are read by every lane
+  // The picks' probabilities, a lane each, summed in pick order (as the reference sums them): the
+  // exponentials run side by side rather than one after another on the critical path.
+  double top = 0;
+  for (int64_t j0 = 0; j0 < k; j0 += 32) {
+    const double p = j0 + lane < k ? exp(static_cast<double>(weights[j0 + lane]) - mx) / sum : 0.0;
+    for (int i = 0; i < 32 && j0 + i < k; ++i) top += __shfl_sync(0xffffffffu, p, i);
+  }
+  __syncwarp();  // every lane has read the logits before they are overwritten
   for (int64_t j = lane; j < k; j += 32)
     weights[j] = static_cast<float>(exp(static_cast<double>(weights[j]) - mx) / sum / top);
 }
