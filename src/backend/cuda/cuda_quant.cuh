@@ -174,7 +174,7 @@ struct Dq<GgmlType::IQ4_XS> {
 };
 
 // Q4_K/Q5_K sub-block j's 6-bit scale and min (quant/formats.h k4_scale_min), from the block's
-// 12 scale bytes as s(i): read from memory here, from registers by the unit loader (cuda_gemv.cuh).
+// 12 scale bytes as s(i).
 template <typename ScaleByte>
 __device__ __forceinline__ void k4_scale_min(int j, ScaleByte s, int& scale, int& min) {
   if (j < 4) {
@@ -184,6 +184,20 @@ __device__ __forceinline__ void k4_scale_min(int j, ScaleByte s, int& scale, int
     scale = (s(j + 4) & 0xF) | ((s(j - 4) >> 6) << 4);
     min = (s(j + 4) >> 4) | ((s(j) >> 6) << 4);
   }
+}
+
+// The 6-bit scales and mins of sub-blocks 2g and 2g + 1 (g = 0..3) of a Q4_K block, from its
+// 16-byte header h (d and dmin in h.x, the 12 scale bytes s0..s11 in h.y .. h.w): k4_scale_min
+// for both sub-blocks at once and without branches (the decode unit loader, cuda_gemv.cuh), two
+// bytes in the low 16 bits of `scales` and `mins`. Sub-blocks 0..3 keep 6 bits in s_j (scale) and s_{j+4} (min); 4..7
+// take their low 4 bits from the nibbles of s_{j+4} and their top 2 bits from the top bits of
+// s_{j-4} (scale) and s_j (min). Both pairs sit at byte 2(g mod 2) of their words.
+__device__ __forceinline__ void k4_scale_min_pair(const uint4& h, int g, uint32_t& scales, uint32_t& mins) {
+  const int shift = 16 * (g & 1);
+  const uint32_t a = h.y >> shift, b = h.z >> shift, c = h.w >> shift;
+  const bool first_half = g < 2;
+  scales = first_half ? a & 0x3F3Fu : (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+  mins = first_half ? b & 0x3F3Fu : ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
 }
 
 template <>
