@@ -253,6 +253,50 @@ void Backend::moe_ffn(const MoeFfnArgs& a) {
   add_sigmoid_gated(*a.out, shared, s);
 }
 
+void Backend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
+  if (a.R != &R) fail("hc_write_read: the read is not of the written residual");
+  hc_write(R, y, inject_w);
+  hc_read(a);
+}
+
+void check_qsa_prepare(const QsaPrepareArgs& a) {
+  const int64_t hd = a.q_out->ne(0), nh = a.q_out->ne(1), T = a.q_out->ne(2), di = a.iq_out->ne(0);
+  const int64_t nkv = a.k_out->ne(1), n_idx = a.iq_out->ne(1);
+  expect_shape(*a.qg, {2 * hd, nh, T, 1}, "qsa_prepare", "qg");
+  expect_shape(*a.gate_out, {hd, nh, T, 1}, "qsa_prepare", "gate");
+  expect_shape(*a.k_out, {hd, nkv, T, 1}, "qsa_prepare", "k_out");
+  expect_shape(*a.iq_out, {di, n_idx, T, 1}, "qsa_prepare", "iq_out");
+  expect_shape(*a.k, {hd * nkv, T, 1, 1}, "qsa_prepare", "k");
+  expect_shape(*a.v, {hd * nkv, T, 1, 1}, "qsa_prepare", "v");
+  expect_shape(*a.iq, {di * n_idx, T, 1, 1}, "qsa_prepare", "iq");
+  expect_shape(*a.ik, {di, T, 1, 1}, "qsa_prepare", "ik");
+  if (static_cast<int64_t>(a.positions.size()) != T) fail("qsa_prepare: ", a.positions.size(), " positions for ", T, " tokens");
+  if (a.n_rot <= 0 || a.n_rot % 2 || a.n_rot > hd || a.n_rot > di) fail("qsa_prepare: cannot rotate ", a.n_rot, " dims");
+  if (a.q_norm->n_elements() != hd || a.k_norm->n_elements() != hd || a.iq_norm->n_elements() != di)
+    fail("qsa_prepare: norm weights do not fit the heads");
+  const int64_t end = a.n0 + T;
+  if (a.n0 < 0 || a.k_cache->n_elements() < end * hd * nkv || a.v_cache->n_elements() < end * hd * nkv ||
+      a.ik_cache->n_elements() < end * di)
+    fail("qsa_prepare: the caches do not hold ", end, " tokens");
+}
+
+void Backend::qsa_prepare(const QsaPrepareArgs& a) {
+  check_qsa_prepare(a);
+  const int64_t hd = a.q_out->ne(0), nh = a.q_out->ne(1), T = a.q_out->ne(2), di = a.iq_out->ne(0);
+  const int64_t nkv = a.k_out->ne(1);
+  Tensor q = output_f32(hd, nh, T);
+  split_q_gate(*a.qg, q, *a.gate_out);
+  rms_norm(q, a.q_norm, hd, a.eps, *a.q_out);
+  rope(*a.q_out, a.positions, a.n_rot, a.theta);
+  rms_norm(a.k->reshaped({hd, nkv, T, 1}), a.k_norm, hd, a.eps, *a.k_out);
+  rope(*a.k_out, a.positions, a.n_rot, a.theta);
+  rms_norm(a.iq->reshaped({di, a.iq_out->ne(1), T, 1}), a.iq_norm, di, a.eps, *a.iq_out);
+  rope(*a.iq_out, a.positions, a.n_rot, a.theta);
+  copy(*a.k_out, 0, *a.k_cache, a.n0 * hd * nkv, T * hd * nkv);
+  copy(*a.v, 0, *a.v_cache, a.n0 * hd * nkv, T * hd * nkv);
+  copy(*a.ik, 0, *a.ik_cache, a.n0 * di, T * di);
+}
+
 void Backend::gdn_scan(const GdnScanArgs& a) {
   if (a.qkv->ne(1) == 1)
     gdn_recurrent(a);

@@ -105,6 +105,31 @@ struct GdnScanArgs {
   // q and k are l2-normalised (eps 1e-6 inside the rsqrt); q is scaled by 1/sqrt(dk).
 };
 
+// A QSA layer's projections made ready for attention (model-spec §4.5): the query split from its
+// output gate, q and k RMS-normed per head and rotated, the indexer query normed per head and
+// rotated; k, v and the raw indexer key appended to the caches at token n0 (row n0 + t of each).
+struct QsaPrepareArgs {
+  const Tensor* qg = nullptr;       // [2·hd, nh, T] query projection: per head hd query, hd gate values
+  const Tensor* k = nullptr;        // [hd·nh_kv, T] key projection
+  const Tensor* v = nullptr;        // [hd·nh_kv, T]
+  const Tensor* iq = nullptr;       // [di·nh_idx, T] indexer query projection
+  const Tensor* ik = nullptr;       // [di, T] indexer key projection (cached raw)
+  const Weight* q_norm = nullptr;   // {hd}
+  const Weight* k_norm = nullptr;   // {hd}
+  const Weight* iq_norm = nullptr;  // {di}
+  std::span<const int64_t> positions;  // [T]
+  int64_t n_rot = 0;
+  float theta = 0, eps = 1e-6f;
+  Tensor* q_out = nullptr;          // [hd, nh, T]
+  Tensor* gate_out = nullptr;       // [hd, nh, T]
+  Tensor* k_out = nullptr;          // [hd, nh_kv, T] normed, rotated (also written to k_cache)
+  Tensor* iq_out = nullptr;         // [di, nh_idx, T]
+  Tensor* k_cache = nullptr;        // [hd, nh_kv, n_cap]
+  Tensor* v_cache = nullptr;        // [hd, nh_kv, n_cap]
+  Tensor* ik_cache = nullptr;       // [di, n_cap]
+  int64_t n0 = 0;
+};
+
 // Pools complete indexer blocks [block_begin, block_end) (model-spec §4.5).
 struct QsaPoolArgs {
   const Tensor* raw_keys = nullptr; // [d, n_cap] raw indexer keys (no norm, no rope)
@@ -185,6 +210,7 @@ void check_swiglu(const Tensor& g, const Tensor& u, const Tensor& out);
 void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s);
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
 void check_hc_read(const HcReadArgs& a);
+void check_qsa_prepare(const QsaPrepareArgs& a);
 void check_hc_write(const Tensor& R, const Tensor& y, const Tensor& inject_w);
 void check_gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                      const Tensor& g, const Tensor& beta);
@@ -256,6 +282,9 @@ class Backend {
   virtual void hc_read(const HcReadArgs& a) = 0;
   // R[s·H + d, t] += inject_w[s, t]·y[d, t]; R [W, T], y [H, T], inject_w [S, T].
   virtual void hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) = 0;
+  // hc_write(R, y, inject_w), then hc_read(a) of that R (a.R == &R): one sublayer's write and the
+  // next sublayer's read, which a backend may run as one step. The default runs the two ops.
+  virtual void hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a);
 
   // ---- Gated DeltaNet ----
   // g[h,t] = ssm_a[h]·softplus(alpha[h,t] + dt_bias[h]); beta = sigmoid(beta_raw). [nv, T] each.
@@ -272,6 +301,8 @@ class Backend {
   // ---- QSA ----
   // qg [2·hd, nh, T] (per head: hd query values then hd gate values) -> q, gate [hd, nh, T].
   virtual void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) = 0;
+  // What model code calls. The default runs split_q_gate, rms_norm, rope and copy; a backend may fuse.
+  virtual void qsa_prepare(const QsaPrepareArgs& a);
   virtual void qsa_pool(const QsaPoolArgs& a) = 0;
   virtual void qsa_select(const QsaSelectArgs& a) = 0;
   virtual void qsa_attend(const QsaAttendArgs& a) = 0;

@@ -31,24 +31,29 @@ class Forward {
     trace("embd", -1, x);
     Tensor R = f32(H * S, T_);
     be_.repeat_streams(x, S, R);
+    // A sublayer's output is written into R by the next hc_read (hc_write_read), or before
+    // anything else reads R.
+    PendingWrite pending;
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const LayerWeights& L = w_.layers[il];
-      if (L.has_ple) ple(il, L.ple, R);
-      Hc attn = hc_read(L.hc_attn, R, il, "hc_attn");
+      if (L.has_ple) {
+        write_pending(R, pending);
+        ple(il, L.ple, R);
+      }
+      Hc attn = hc_read(L.hc_attn, R, pending, il, "hc_attn");
       Tensor y = L.recurrent ? gdn(il, L.gdn, attn.x) : qsa(il, L.qsa, attn.x);
-      be_.hc_write(R, y, attn.inject_w);
-      trace("resid_attn", il, R);
-      Hc ffn = hc_read(L.hc_ffn, R, il, "hc_ffn");
+      pending = {y, attn.inject_w, "resid_attn", il};
+      Hc ffn = hc_read(L.hc_ffn, R, pending, il, "hc_ffn");
       y = moe(il, L.moe, ffn.x);
-      be_.hc_write(R, y, ffn.inject_w);
-      trace("resid_ffn", il, R);
+      pending = {y, ffn.inject_w, "resid_ffn", il};
     }
     if (rows == LogitRows::Last && T_ > 1) {
+      write_pending(R, pending);
       Tensor last = f32(H * S, 1);
       be_.copy(R, (T_ - 1) * H * S, last, 0, H * S);
       R = last;
     }
-    Tensor h = hc_read(w_.output_hc, R, -1, "output_hc").x;
+    Tensor h = hc_read(w_.output_hc, R, pending, -1, "output_hc").x;
     Tensor logits = mul_mat(w_.output, h);
     trace("logits", -1, logits);
     st_.n_past += T_;
@@ -88,11 +93,32 @@ class Forward {
     return out;
   }
 
-  Hc hc_read(const HcWeights& w, const Tensor& R, int64_t il, const std::string& name) {
+  // R += inject_w ⊙ y of a sublayer, traced as `name` of layer il once written.
+  struct PendingWrite {
+    Tensor y, inject_w;
+    std::string_view name;
+    int64_t il = -1;
+  };
+  void write_pending(Tensor& R, PendingWrite& p) {
+    if (p.y.empty()) return;
+    be_.hc_write(R, p.y, p.inject_w);
+    trace(p.name, p.il, R);
+    p = {};
+  }
+
+  // The read of R, with the pending write (if any) applied first.
+  Hc hc_read(const HcWeights& w, Tensor& R, PendingWrite& pending, int64_t il, const std::string& name) {
     Hc out{f32(hp_.n_embd, R.ne(1)), w.inject.present() ? f32(hp_.hc_count, R.ne(1)) : Tensor()};
-    be_.hc_read({.R = &R, .norm = &w.norm, .down = &w.down, .up = &w.up,
-                 .inject = w.inject.present() ? &w.inject : nullptr, .n_streams = hp_.hc_count,
-                 .eps = static_cast<float>(hp_.rms_eps), .x = &out.x, .inject_w = &out.inject_w});
+    const HcReadArgs args{.R = &R, .norm = &w.norm, .down = &w.down, .up = &w.up,
+                          .inject = w.inject.present() ? &w.inject : nullptr, .n_streams = hp_.hc_count,
+                          .eps = static_cast<float>(hp_.rms_eps), .x = &out.x, .inject_w = &out.inject_w};
+    if (pending.y.empty()) {
+      be_.hc_read(args);
+    } else {
+      be_.hc_write_read(R, pending.y, pending.inject_w, args);
+      trace(pending.name, pending.il, R);
+      pending = {};
+    }
     trace(name + ".x", il, out.x);
     if (!out.inject_w.empty()) trace(name + ".inject", il, out.inject_w);
     return out;
@@ -172,22 +198,18 @@ class Forward {
     int64_t ratio = hp_.compress_ratios[il], n0 = st_.n_past, n_end = n0 + T_;
     float theta = static_cast<float>(hp_.rope_theta);
     // Main attention q (with its output gate), k, v; k and v join the cache.
+    // The indexer's queries are normed and rotated too, and its raw keys cached.
     auto [q_proj, k_proj, v, iq_proj, ik] = mul_mats<5>({&w.q, &w.k, &w.v, &w.index_q, &w.index_k}, a);
-    Tensor qg = q_proj.reshaped({2 * hd, nh, T_, 1});
-    Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_);
-    be_.split_q_gate(qg, q, gate);
-    q = rms_norm(q, w.q_norm, hd);
-    be_.rope(q, positions_, hp_.n_rot, theta);
-    Tensor k = rms_norm(k_proj.reshaped({hd, nkv, T_, 1}), w.k_norm, hd);
-    be_.rope(k, positions_, hp_.n_rot, theta);
+    const Tensor qg = q_proj.reshaped({2 * hd, nh, T_, 1});
+    Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_), k = f32(hd, nkv, T_), iq = f32(di, hp_.indexer_n_head, T_);
+    be_.qsa_prepare({.qg = &qg, .k = &k_proj, .v = &v, .iq = &iq_proj, .ik = &ik,
+                     .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = positions_,
+                     .n_rot = hp_.n_rot, .theta = theta, .eps = static_cast<float>(hp_.rms_eps), .q_out = &q,
+                     .gate_out = &gate, .k_out = &k, .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v,
+                     .ik_cache = &ls.index_keys, .n0 = n0});
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);
-    be_.copy(k, 0, ls.k, n0 * hd * nkv, T_ * hd * nkv);
-    be_.copy(v, 0, ls.v, n0 * hd * nkv, T_ * hd * nkv);
-    // Indexer: queries normed + rotated; raw keys cached; blocks completed by this chunk pooled.
-    Tensor iq = rms_norm(iq_proj.reshaped({di, hp_.indexer_n_head, T_, 1}), w.index_q_norm, di);
-    be_.rope(iq, positions_, hp_.n_rot, theta);
-    be_.copy(ik, 0, ls.index_keys, n0 * di, T_ * di);
+    // Blocks completed by this chunk are pooled.
     int64_t nb = n_end / ratio;
     if (nb > ls.n_pooled) {
       be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,

@@ -411,6 +411,71 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
   }
 }
 
+// hc_write_read for one token: the write rides in the two decode kernels (R read as R + w·y,
+// stored by the second), against the reference's hc_write then hc_read; the written R too.
+TEST_F(CudaVsRef, HcWriteReadDecodePath) {
+  int64_t S = 4, H = 640, W = S * H, r = 64;
+  auto R = random_values(W, 170, 2.0f), y = random_values(H, 171), w = random_values(S, 172, 1.5f);
+  auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 173));
+  auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 174, 0.05f));
+  auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 175, 0.5f));
+  auto inject = make_weight("inject", GgmlType::Q8_0, {W, S, 1, 1}, random_values(W * S, 176, 0.05f));
+  std::vector<float> x[2], iw[2], written[2];
+  int i = 0;
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    Tensor tR = upload(*be, R, {W, 1, 1, 1}), ty = upload(*be, y, {H, 1, 1, 1}), tw = upload(*be, w, {S, 1, 1, 1});
+    Tensor tx = be->alloc_f32(H, 1), tiw = be->alloc_f32(S, 1);
+    be->hc_write_read(tR, ty, tw,
+                      {.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
+                       .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
+    x[i] = be->read_f32(tx);
+    iw[i] = be->read_f32(tiw);
+    written[i] = be->read_f32(tR);
+    ++i;
+  }
+  EXPECT_EQ(written[0], written[1]) << "R after the write";
+  report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_write_read decode x");
+  report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject");
+}
+
+// qsa_prepare in one kernel against the reference's split, norms, rotations and cache copies:
+// every output and the three caches (rows before n0 untouched), one token and several.
+TEST_F(CudaVsRef, QsaPrepareOneKernel) {
+  int64_t hd = 64, nh = 3, nkv = 2, di = 32, n_idx = 2, n_rot = 16, cap = 12, n0 = 5;
+  auto q_norm = make_weight("q_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 180));
+  auto k_norm = make_weight("k_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 181));
+  auto iq_norm = make_weight("iq_norm", GgmlType::F32, {di, 1, 1, 1}, random_values(di, 182));
+  for (int64_t T : {1, 4}) {
+    std::vector<int64_t> pos;
+    for (int64_t t = 0; t < T; ++t) pos.push_back(n0 + t);
+    auto qg = random_values(2 * hd * nh * T, 183), k = random_values(hd * nkv * T, 184, 3.0f);
+    auto v = random_values(hd * nkv * T, 185), iq = random_values(di * n_idx * T, 186), ik = random_values(di * T, 187);
+    std::vector<float> got[2][7];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tqg = upload(*be, qg, {2 * hd, nh, T, 1}), tk = upload(*be, k, {hd * nkv, T, 1, 1});
+      Tensor tv = upload(*be, v, {hd * nkv, T, 1, 1}), tiq = upload(*be, iq, {di * n_idx, T, 1, 1});
+      Tensor tik = upload(*be, ik, {di, T, 1, 1});
+      Tensor q = be->alloc_f32(hd, nh, T), gate = be->alloc_f32(hd, nh, T), ko = be->alloc_f32(hd, nkv, T),
+             iqo = be->alloc_f32(di, n_idx, T);
+      Tensor kc = be->alloc(DType::F32, {hd, nkv, cap, 1}), vc = be->alloc(DType::F32, {hd, nkv, cap, 1}),
+             ikc = be->alloc(DType::F32, {di, cap, 1, 1});
+      be->qsa_prepare({.qg = &tqg, .k = &tk, .v = &tv, .iq = &tiq, .ik = &tik, .q_norm = &q_norm->w,
+                       .k_norm = &k_norm->w, .iq_norm = &iq_norm->w, .positions = pos, .n_rot = n_rot, .theta = 1e4f,
+                       .eps = 1e-6f, .q_out = &q, .gate_out = &gate, .k_out = &ko, .iq_out = &iqo, .k_cache = &kc,
+                       .v_cache = &vc, .ik_cache = &ikc, .n0 = n0});
+      int o = 0;
+      for (const Tensor* t : {&q, &gate, &ko, &iqo, &kc, &vc, &ikc}) got[i][o++] = be->read_f32(*t);
+      ++i;
+    }
+    const char* names[] = {"q", "gate", "k", "iq", "k cache", "v cache", "ik cache"};
+    for (int o = 0; o < 7; ++o)
+      report_close(got[0][o], widen(got[1][o]), 1e-6, std::string("qsa_prepare ") + names[o] + " T=" + std::to_string(T));
+    EXPECT_EQ(got[0][5], got[1][5]) << "v cache T=" << T;
+    EXPECT_EQ(got[0][6], got[1][6]) << "ik cache T=" << T;
+  }
+}
+
 // The prefill products run on tensor cores with each operand split into two TF32 parts (v = hi +
 // lo, hi = v rounded to 11 significant bits, lo = the rest rounded again) and the sum hi·hi +
 // hi·lo + lo·hi (cuda_gemm.cuh). Per product the dropped terms are below

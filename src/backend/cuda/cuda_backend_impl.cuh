@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
 
   void hc_read(const HcReadArgs& a) override;
   void hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) override;
+  void hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) override;
 
   void gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias, Tensor& g,
                  Tensor& beta) override;
@@ -89,6 +90,7 @@ class CudaBackend final : public Backend {
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) override;
 
   void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) override;
+  void qsa_prepare(const QsaPrepareArgs& a) override;
   void qsa_pool(const QsaPoolArgs& a) override;
   void qsa_select(const QsaSelectArgs& a) override;
   void qsa_attend(const QsaAttendArgs& a) override;
@@ -137,6 +139,8 @@ class CudaBackend final : public Backend {
   void matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
                      std::span<float* const> outs);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
+  bool hc_read_decodes(const HcReadArgs& a);
+  void hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
 
  private:
   Tensor alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero);

@@ -4,7 +4,9 @@
 // two kernels, the norm folded into both by linearity: n = R·gamma·rinv_s on stream s, so a row's
 // product with n is Σ_s rinv_s·(row·gamma·R over stream s). The first kernel takes down and inject
 // rows a stream at a time (those per-stream dots, and Σ R² per stream); the second combines them
-// into lo and the inject weights, then takes up rows with the mix and forms n itself.
+// into lo and the inject weights, then takes up rows with the mix and forms n itself. A pending
+// write (hc_write_read) rides along: both kernels read R + w_s·y where they read R, and the second,
+// the last to read R, stores it, so the write costs no launch of its own.
 // Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
@@ -38,13 +40,16 @@ __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
   if (i < n) v[i] = static_cast<float>(2.0 * sigmoid_d(v[i] * inv_s));
 }
 
+// A residual value after the write R += w·y (in FP64, as the reference).
+__device__ __forceinline__ float written(float r, float w, float y) { return static_cast<float>(r + static_cast<double>(w) * y); }
+
 __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64_t H, int64_t S, int64_t T) {
   grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t W = H * S;
   if (i >= W * T) return;
   int64_t t = i / W, c = i % W;
-  R[i] = static_cast<float>(R[i] + static_cast<double>(iw[t * S + c / H]) * y[t * H + c % H]);
+  R[i] = written(R[i], iw[t * S + c / H], y[t * H + c % H]);
 }
 
 // The decode path: one token with four streams.
@@ -55,14 +60,22 @@ constexpr int kDownRows = 4;
 constexpr int kDownMaxThreads = 256;
 constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
 
-// A run of 8 activations: gr[i] = gamma[i]·R[i]; returns Σ R[i]².
+// A run of 8 activations, R[i] after the pending write w·y[i] when y is set: gr[i] = gamma[i]·R[i];
+// returns Σ R[i]².
 __device__ __forceinline__ float load_scaled_run(const float* __restrict__ R, const float* __restrict__ gamma,
-                                                 float* gr) {
+                                                 const float* __restrict__ y, float w, float* gr) {
   float sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float4 x = reinterpret_cast<const float4*>(R)[i], g = reinterpret_cast<const float4*>(gamma)[i];
-    const float xs[4] = {x.x, x.y, x.z, x.w}, gs[4] = {g.x, g.y, g.z, g.w};
+    float xs[4] = {x.x, x.y, x.z, x.w};
+    const float gs[4] = {g.x, g.y, g.z, g.w};
+    if (y) {
+      const float4 v = reinterpret_cast<const float4*>(y)[i];
+      const float ys[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xs[j] = written(xs[j], w, ys[j]);
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) gr[4 * i + j] = gs[j] * xs[j], sq = fmaf(xs[j], xs[j], sq);
   }
@@ -73,11 +86,12 @@ __device__ __forceinline__ float load_scaled_run(const float* __restrict__ R, co
 // Σ_s rinv_s·dot_s, dot_s = row·gamma·R over stream s. Block (i, s) finds dot_s of rows kRows·i ..
 // of [down; inject] over the units of stream s (units_follow_streams), so it reads a quarter of R
 // and gamma rather than all of them; part[s·n_rows + row] = dot_s, and blocks (0, s) store Σ R²
-// over stream s. hc_up_mix_kernel combines the four.
+// over stream s. hc_up_mix_kernel combines the four. With y set, R is read as R + write_w[s]·y.
 template <typename U, int kRows>
 __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t pitch, int64_t H, int64_t r,
-    const float* __restrict__ R, const float* __restrict__ gamma, float* __restrict__ part, float* __restrict__ sumsq) {
+    const float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
+    const float* __restrict__ gamma, float* __restrict__ part, float* __restrict__ sumsq) {
   const int64_t s = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? kDecodeStreams : 0);
   const uint8_t* rows[kRows];
 #pragma unroll
@@ -91,6 +105,8 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
   rows_to_fetch(rows, src);  // row i0 is present in every block
   float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
   const int64_t u_end = (s + 1) * H / kUnit;
+  const float w = y ? write_w[s] : 0.0f;
+  const float* ys = y ? y - s * H : nullptr;  // ys[i]: y at position i of stream s
 #pragma unroll 1
   for (int64_t u = s * H / kUnit + threadIdx.x; u < u_end; u += blockDim.x) {
     typename U::Raw raw[kRows];
@@ -99,7 +115,8 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     int64_t x0, x1;
     U::runs(u, x0, x1);
     float gr[16];
-    sums[kRows] += load_scaled_run(R + x0, gamma + x0, gr) + load_scaled_run(R + x1, gamma + x1, gr + 8);
+    sums[kRows] += load_scaled_run(R + x0, gamma + x0, ys ? ys + x0 : nullptr, w, gr) +
+                   load_scaled_run(R + x1, gamma + x1, ys ? ys + x1 : nullptr, w, gr + 8);
     const typename U::Sums gr_sums = U::sums(gr);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) sums[k] += U::dot(raw[k], u, gr, gr_sums);
@@ -116,12 +133,14 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // block), S = 4 streams, n[s·H + d] = R·gamma·rinv_s. Every block first forms rinv_s from the
 // sums of squares and lo = silu(Σ_s rinv_s·part_s / S) (shared memory) from hc_down_inject_kernel's
 // per-stream dots; block 0 also writes the inject weights 2·sigmoid(Σ_s rinv_s·part_s / S). The
-// up rows are prefetched into L2 before the wait on the previous kernel.
+// up rows are prefetched into L2 before the wait on the previous kernel. With y set, R is first
+// written (R += write_w[s]·y), a warp storing its position of each stream.
 template <typename U>
 __global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps,
-    const float* __restrict__ part, const float* __restrict__ sumsq, const float* __restrict__ R,
-    const float* __restrict__ gamma, float* __restrict__ x, float* __restrict__ inject_w) {
+    const float* __restrict__ part, const float* __restrict__ sumsq, float* __restrict__ R,
+    const float* __restrict__ y, const float* __restrict__ write_w, const float* __restrict__ gamma,
+    float* __restrict__ x, float* __restrict__ inject_w) {
   constexpr int S = kDecodeStreams;
   extern __shared__ __align__(16) float lo[];  // [r]
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kUpWarps + threadIdx.x / 32;
@@ -157,7 +176,9 @@ __global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     const int64_t i = s * H + d;
-    mix += sigmoid_d(m[s]) * (static_cast<double>(R[i]) * rinv[s] * gamma[i]);
+    float Ri = R[i];
+    if (y) R[i] = Ri = written(Ri, write_w[s], y[d]);
+    mix += sigmoid_d(m[s]) * (static_cast<double>(Ri) * rinv[s] * gamma[i]);
   }
   x[d] = static_cast<float>(mix / S);
 }
@@ -183,27 +204,50 @@ __global__ void ple_gate_kernel(const float* key, const float* qry, const float*
 
 }  // namespace
 
+// Whether hc_read of a runs as the two decode kernels.
+bool CudaBackend::hc_read_decodes(const HcReadArgs& a) {
+  const int64_t S = a.n_streams, W = a.R->ne(0), H = W / S, r = a.down->ne[1];
+  const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
+  const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
+  return a.R->ne(1) == 1 && S == kDecodeStreams && has_unit_loader(down.type, W) && units_follow_streams(down.type, H) &&
+         has_unit_loader(up.type, r) && (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes));
+}
+
+// The two decode kernels of hc_read, after the write R += write_w ⊙ y when y is set.
+void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w) {
+  const int64_t S = a.n_streams, W = a.R->ne(0), H = W / S, r = a.down->ne[1];
+  const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
+  const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
+  const int64_t n_rows = r + (inject ? S : 0);
+  Tensor part = scratch_f32(S * n_rows), sumsq = scratch_f32(S);
+  const float* gamma = values(*a.norm);
+  float* R = a.R->f32();
+  dispatch_unit(down.type, [&](auto unit) {
+    launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRows>, dim3(blocks_for(n_rows, kDownRows), kDecodeStreams), balanced_threads(H / kUnit, kDownMaxThreads), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R, y, write_w, gamma, part.f32(), sumsq.f32());
+  });
+  dispatch_unit(up.type, [&](auto unit) {
+    launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, blocks_for(H, kUpWarps), 32 * kUpWarps, r * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr);
+  });
+}
+
+void CudaBackend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
+  if (a.R != &R) fail("hc_write_read: the read is not of the written residual");
+  check_hc_write(R, y, inject_w);
+  check_hc_read(a);
+  if (!hc_read_decodes(a)) return Backend::hc_write_read(R, y, inject_w, a);
+  OpScope scope(profiler_, "hc_write_read", R.ne(1), stream_);
+  hc_read_decode(a, y.f32(), inject_w.f32());
+}
+
 void CudaBackend::hc_read(const HcReadArgs& a) {
   OpScope scope(profiler_, "hc_read", a.R->ne(1), stream_);
   check_hc_read(a);
   const Tensor& R = *a.R;
   int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
   if (T == 0) return;
+  if (hc_read_decodes(a)) return hc_read_decode(a, nullptr, nullptr);
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
-  if (T == 1 && S == kDecodeStreams && has_unit_loader(down.type, W) && units_follow_streams(down.type, H) &&
-      has_unit_loader(up.type, r) && (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes))) {
-    const int64_t n_rows = r + (inject ? S : 0);
-    Tensor part = scratch_f32(S * n_rows), sumsq = scratch_f32(S);
-    const float* gamma = values(*a.norm);
-    dispatch_unit(down.type, [&](auto unit) {
-      launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRows>, dim3(blocks_for(n_rows, kDownRows), kDecodeStreams), balanced_threads(H / kUnit, kDownMaxThreads), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R.f32(), gamma, part.f32(), sumsq.f32());
-    });
-    dispatch_unit(up.type, [&](auto unit) {
-      launch(stream_, "hc_up_mix_kernel", hc_up_mix_kernel<decltype(unit)>, blocks_for(H, kUpWarps), 32 * kUpWarps, r * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, part.f32(), sumsq.f32(), R.f32(), gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr);
-    });
-    return;
-  }
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
   rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
   Tensor m = scratch_f32(W * T);

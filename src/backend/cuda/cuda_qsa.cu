@@ -26,6 +26,63 @@ __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int6
   gate[i] = qg[r * 2 * hd + hd + c];
 }
 
+// The heads qsa_prepare works on, for each token: nh query heads, nkv key heads, nkv value heads,
+// n_idx indexer query heads, then the indexer key.
+struct QsaPrepareShape {
+  int64_t hd, nh, nkv, di, n_idx, half, n0;
+  float eps;
+};
+
+// Grid (heads, T), one block a head of a token: value heads and the indexer key are copied into
+// their caches; query, key and indexer query heads are RMS-normed as rms_norm_kernel norms them
+// (the same per-thread partial sums and block sum, so the same values) and rotated as rope_kernel
+// rotates them, the key head also into its cache. dynamic shared memory: max(hd, di) floats.
+__global__ void qsa_prepare_kernel(const float* qg, const float* k, const float* v, const float* iq, const float* ik,
+                                   const float* q_norm, const float* k_norm, const float* iq_norm,
+                                   const int64_t* positions, const float* inv_freq, QsaPrepareShape d, float* q_out,
+                                   float* gate_out, float* k_out, float* iq_out, float* k_cache, float* v_cache,
+                                   float* ik_cache) {
+  grid_dependency_wait();
+  extern __shared__ float head[];
+  const int64_t t = blockIdx.y, row = d.n0 + t;
+  int64_t j = blockIdx.x;
+  if (j >= d.nh + d.nkv && j < d.nh + 2 * d.nkv) {  // a value head
+    j -= d.nh + d.nkv;
+    for (int64_t i = threadIdx.x; i < d.hd; i += blockDim.x) v_cache[(row * d.nkv + j) * d.hd + i] = v[(t * d.nkv + j) * d.hd + i];
+    return;
+  }
+  if (j == d.nh + 2 * d.nkv + d.n_idx) {  // the indexer key
+    for (int64_t i = threadIdx.x; i < d.di; i += blockDim.x) ik_cache[row * d.di + i] = ik[t * d.di + i];
+    return;
+  }
+  const float *src, *w;
+  float *dst, *cached = nullptr;
+  int64_t n = d.hd;
+  if (j < d.nh) {  // a query head, its gate beside it
+    src = qg + (t * d.nh + j) * 2 * d.hd, w = q_norm, dst = q_out + (t * d.nh + j) * d.hd;
+    for (int64_t i = threadIdx.x; i < d.hd; i += blockDim.x) gate_out[(t * d.nh + j) * d.hd + i] = src[d.hd + i];
+  } else if (j < d.nh + d.nkv) {  // a key head
+    j -= d.nh;
+    src = k + (t * d.nkv + j) * d.hd, w = k_norm, dst = k_out + (t * d.nkv + j) * d.hd;
+    cached = k_cache + (row * d.nkv + j) * d.hd;
+  } else {  // an indexer query head
+    j -= d.nh + 2 * d.nkv;
+    n = d.di, src = iq + (t * d.n_idx + j) * d.di, w = iq_norm, dst = iq_out + (t * d.n_idx + j) * d.di;
+  }
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(src[i]) * src[i];
+  ss = block_sum(ss);
+  const double r = 1.0 / sqrt(ss / n + static_cast<double>(d.eps));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) head[i] = static_cast<float>(src[i] * r * static_cast<double>(w[i]));
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < d.half; i += blockDim.x) rope_pair(head, i, d.half, inv_freq[i], positions[t]);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    dst[i] = head[i];
+    if (cached) cached[i] = head[i];
+  }
+}
+
 // One block per pooled block: mean of its raw keys, RMSNorm, RoPE at the block's first position.
 __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* inv_freq, int64_t d, int64_t ratio,
                                 int64_t block_begin, int64_t half, float eps, float* pooled) {
@@ -547,6 +604,18 @@ void CudaBackend::split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) {
   int64_t n = hd * nh * T;
   if (n == 0) return;
   launch(stream_, "split_q_gate_kernel", split_q_gate_kernel, blocks_for(n, kThreads), kThreads, 0, qg.f32(), q.f32(), gate.f32(), hd, n);
+}
+
+void CudaBackend::qsa_prepare(const QsaPrepareArgs& a) {
+  OpScope scope(profiler_, "qsa_prepare", static_cast<int64_t>(a.positions.size()), stream_);
+  check_qsa_prepare(a);
+  const QsaPrepareShape d{a.q_out->ne(0), a.q_out->ne(1), a.k_out->ne(1), a.iq_out->ne(0), a.iq_out->ne(1), a.n_rot / 2, a.n0, a.eps};
+  const int64_t T = a.q_out->ne(2);
+  if (T == 0) return;
+  std::vector<float> inv = rope_inv_freq(a.n_rot, a.theta);
+  const float* freq = cached_upload(std::span<const float>(inv));
+  const dim3 grid(static_cast<unsigned>(d.nh + 2 * d.nkv + d.n_idx + 1), static_cast<unsigned>(T));
+  launch(stream_, "qsa_prepare_kernel", qsa_prepare_kernel, grid, kThreads, std::max(d.hd, d.di) * sizeof(float), a.qg->f32(), a.k->f32(), a.v->f32(), a.iq->f32(), a.ik->f32(), values(*a.q_norm), values(*a.k_norm), values(*a.iq_norm), cached_upload(a.positions), freq, d, a.q_out->f32(), a.gate_out->f32(), a.k_out->f32(), a.iq_out->f32(), a.k_cache->f32(), a.v_cache->f32(), a.ik_cache->f32());
 }
 
 void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
