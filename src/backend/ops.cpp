@@ -297,6 +297,13 @@ void Backend::qsa_prepare(const QsaPrepareArgs& a) {
   copy(*a.ik, 0, *a.ik_cache, a.n0 * di, T * di);
 }
 
+void Backend::gdn_core(const GdnCoreArgs& a) {
+  gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
+  gdn_scan({.qkv = a.qkv, .g = a.g, .beta = a.beta, .state = a.state, .out = a.core, .n_k_heads = a.n_k_heads,
+            .n_v_heads = a.n_v_heads, .dk = a.dk, .dv = a.dv});
+  gated_rms_norm(*a.core, *a.z, *a.norm, a.eps, *a.out);
+}
+
 void Backend::gdn_scan(const GdnScanArgs& a) {
   if (a.qkv->ne(1) == 1)
     gdn_recurrent(a);

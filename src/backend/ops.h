@@ -130,6 +130,25 @@ struct QsaPrepareArgs {
   int64_t n0 = 0;
 };
 
+// A GDN layer after its convolution (model-spec §4.4): gdn_gates into g and beta, gdn_scan of qkv
+// with them into core, then gated_rms_norm(core, z, norm) into out.
+struct GdnCoreArgs {
+  const Tensor* qkv = nullptr;       // [2·nk·dk + nv·dv, T] conv output
+  const Tensor* alpha = nullptr;     // [nv, T]
+  const Tensor* beta_raw = nullptr;  // [nv, T]
+  const Weight* ssm_a = nullptr;     // {nv}
+  const Weight* dt_bias = nullptr;   // {nv}
+  const Tensor* z = nullptr;         // [dv·nv, T] output gate
+  const Weight* norm = nullptr;      // {dv}
+  float eps = 1e-6f;
+  Tensor* state = nullptr;           // as GdnScanArgs::state
+  int64_t n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
+  Tensor* g = nullptr;               // out [nv, T]
+  Tensor* beta = nullptr;            // out [nv, T]
+  Tensor* core = nullptr;            // out [dv·nv, T]: the scan's output
+  Tensor* out = nullptr;             // out [dv·nv, T]
+};
+
 // Pools complete indexer blocks [block_begin, block_end) (model-spec §4.5).
 struct QsaPoolArgs {
   const Tensor* raw_keys = nullptr; // [d, n_cap] raw indexer keys (no norm, no rope)
@@ -297,6 +316,8 @@ class Backend {
   virtual void gdn_scan(const GdnScanArgs& a);
   // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z), per head of x [dv, nv, T]; w {dv} plain gamma.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) = 0;
+  // What model code calls. The default runs gdn_gates, gdn_scan and gated_rms_norm; a backend may fuse.
+  virtual void gdn_core(const GdnCoreArgs& a);
 
   // ---- QSA ----
   // qg [2·hd, nh, T] (per head: hd query values then hd gate values) -> q, gate [hd, nh, T].

@@ -176,16 +176,15 @@ class Forward {
     Tensor u = f32(hp_.ssm_conv_dim(), T_);
     be_.causal_conv(qkv, ls.conv, w.conv, 1, u);
     trace("gdn.conv", il, u);
-    Tensor g = f32(nv, T_), beta = f32(nv, T_);
-    be_.gdn_gates(alpha, beta_raw, w.ssm_a, w.dt_bias, g, beta);
+    // Gates, the delta-rule scan and the gated output norm.
+    Tensor g = f32(nv, T_), beta = f32(nv, T_), o = f32(hp_.ssm_value_dim(), T_), on = f32(hp_.ssm_value_dim(), T_);
+    be_.gdn_core({.qkv = &u, .alpha = &alpha, .beta_raw = &beta_raw, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias, .z = &z,
+                  .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
+                  .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
+                  .dv = hp_.ssm_v_head_dim, .g = &g, .beta = &beta, .core = &o, .out = &on});
     trace("gdn.g", il, g);
     trace("gdn.beta", il, beta);
-    Tensor o = f32(hp_.ssm_value_dim(), T_);
-    be_.gdn_scan({.qkv = &u, .g = &g, .beta = &beta, .state = &ls.ssm, .out = &o, .n_k_heads = hp_.ssm_n_k_heads,
-                  .n_v_heads = nv, .dk = hp_.ssm_k_head_dim, .dv = hp_.ssm_v_head_dim});
     trace("gdn.core", il, o);
-    Tensor on = f32(hp_.ssm_value_dim(), T_);
-    be_.gated_rms_norm(o, z, w.norm, static_cast<float>(hp_.rms_eps), on);
     trace("gdn.normed", il, on);
     Tensor y = mul_mat(w.out, on);
     trace("gdn.out", il, y);

@@ -163,6 +163,44 @@ TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {
   }
 }
 
+// gdn_core for one token as one kernel (gates in every block, the gated norm by each head's last
+// block), twice in a row (the completion counters must be back at zero), and for several tokens
+// (the ops one by one), against the reference's gates, scan and norm; dv = 40 leaves a partial
+// warp and two column blocks a head.
+TEST_F(CudaVsRef, GdnCoreOneKernel) {
+  int64_t nk = 2, nv = 4, dk = 128, dv = 40, C = 2 * nk * dk + nv * dv;
+  auto ssm_a = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 90, 2.0f));
+  auto dt = make_weight("dt_bias", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 91));
+  auto norm = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 92));
+  for (int64_t T : {1, 5}) {
+    auto s0 = random_values(dv * dk * nv, 93, 0.3f);
+    std::vector<float> got[2][5];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor st = upload(*be, s0, {dv, dk, nv, 1});
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t seed = static_cast<uint32_t>(100 + 10 * step + T);
+        Tensor tq = upload(*be, random_values(C * T, seed), {C, T, 1, 1});
+        Tensor ta = upload(*be, random_values(nv * T, seed + 1), {nv, T, 1, 1});
+        Tensor tb = upload(*be, random_values(nv * T, seed + 2, 3.0f), {nv, T, 1, 1});
+        Tensor tz = upload(*be, random_values(dv * nv * T, seed + 3), {dv * nv, T, 1, 1});
+        Tensor g = be->alloc_f32(nv, T), beta = be->alloc_f32(nv, T), core = be->alloc_f32(dv * nv, T),
+               out = be->alloc_f32(dv * nv, T);
+        be->gdn_core({.qkv = &tq, .alpha = &ta, .beta_raw = &tb, .ssm_a = &ssm_a->w, .dt_bias = &dt->w, .z = &tz,
+                      .norm = &norm->w, .eps = 1e-6f, .state = &st, .n_k_heads = nk, .n_v_heads = nv, .dk = dk,
+                      .dv = dv, .g = &g, .beta = &beta, .core = &core, .out = &out});
+        int o = 0;
+        for (const Tensor* t : {&g, &beta, &core, &out}) got[i][o++] = be->read_f32(*t);
+      }
+      got[i][4] = be->read_f32(st);
+      ++i;
+    }
+    const char* names[] = {"g", "beta", "core", "out", "state"};
+    for (int o = 0; o < 5; ++o)
+      report_close(got[0][o], widen(got[1][o]), 2e-6, std::string("gdn_core ") + names[o] + " T=" + std::to_string(T));
+  }
+}
+
 // Routing and routed experts on one backend: the ids, weights and output.
 struct MoeRun {
   std::vector<int32_t> ids;
@@ -330,7 +368,9 @@ TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
 }
 
 // The decode kernels (cuda_gemv.cuh): fused gate+up+SwiGLU and down+sum for 1..8 tokens, with
-// gate/up sharing a type, rows of 640 (whole units, not whole 256-blocks) for down.
+// gate/up sharing a type, rows of 640 (whole units, not whole 256-blocks) for down. On FP32
+// activations (exact products) against the reference; with Q4_K and Q8_0 gate/up rows on int8
+// activations (the default) within the bound of their rounding.
 TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
   int64_t E = 6, k = 3, H = 512, F = 160;
   for (GgmlType gate_up : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::BF16}) {
@@ -340,9 +380,11 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
       auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 192, 0.1f));
       auto logits = random_values(E * T, 193, 2.0f);
       auto x = random_values(H * T, 194);
-      MoeRun c = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
-      report_close(c.out, widen(r.out), matmul_tolerance(H + F),
-                   "moe decode " + std::string(type_name(gate_up)) + " T=" + std::to_string(T));
+      MoeRun c = run_moe(*cuda_exact, *wg, *wu, *wd, logits, x, k, T), r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T);
+      const std::string what = "moe decode " + std::string(type_name(gate_up)) + " T=" + std::to_string(T);
+      report_close(c.out, widen(r.out), matmul_tolerance(H + F), what);
+      MoeRun i8 = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T);
+      expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k), what + " int8");
     }
   }
 }
@@ -350,7 +392,9 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 // moe_ffn for a few tokens: the shared expert rides in the fused decode kernels as one more slot,
 // in types of its own (Q8_0 gate/up and BF16 down beside Q4_K / Q8_0 routed experts), against
 // the reference's op-by-op composition. The router runs with the routing in one kernel when it
-// shares the shared-expert gate's type (F32), else as a product and moe_route (BF16).
+// shares the shared-expert gate's type (F32), else as a product and moe_route (BF16). Exact
+// products against the reference; the default (int8 gate/up activations, quantized by the router
+// kernel or beside it) within the bound of their rounding, for the routing it chose.
 TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
   int64_t E = 6, k = 3, H = 512, F = 160;
   auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 201, 0.1f));
@@ -364,9 +408,9 @@ TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
     auto router = make_weight("router", router_type, {H, E, 1, 1}, random_values(H * E, 200, 0.2f));
     for (int64_t T : {1, 3}) {
       auto x = random_values(H * T, 208);
-      std::vector<float> out[2], logits[2];
+      std::vector<float> out[3], logits[3];
       int i = 0;
-      for (Backend* be : {cuda.get(), ref.get()}) {
+      for (Backend* be : {cuda_exact.get(), ref.get(), cuda.get()}) {
         Tensor tx = upload(*be, x, {H, T, 1, 1}), tl = be->alloc_f32(E, T), ty = be->alloc_f32(H, T);
         be->moe_ffn({.x = &tx, .router = &router->w, .gate_exps = &wg->w, .up_exps = &wu->w, .down_exps = &wd->w,
                      .shared_gate = &sg->w, .shared_up = &su->w, .shared_down = &sd->w, .shared_gate_inp = &s_inp->w,
@@ -378,6 +422,12 @@ TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
       std::string what = "moe_ffn router " + std::string(type_name(router_type)) + " T=" + std::to_string(T);
       report_close(logits[0], widen(logits[1]), matmul_tolerance(H), what + " logits");
       report_close(out[0], widen(out[1]), matmul_tolerance(H + F), what);
+      Tensor ids = ref->alloc(DType::I32, {k, T, 1, 1}), w = ref->alloc_f32(k, T);
+      ref->moe_route(upload(*ref, logits[2], {E, T, 1, 1}), k, ids, w);
+      Bounded want = moe_experts_expected(x, ref->read_i32(ids), ref->read_f32(w), *wg, *wu, *wd, k);
+      const Bounded shared = shared_expert_expected(x, *sg, *su, *sd, *s_inp);
+      for (size_t d = 0; d < want.want.size(); ++d) want.want[d] += shared.want[d], want.bound[d] += shared.bound[d];
+      expect_within(out[2], want, what + " int8");
     }
   }
 }

@@ -152,6 +152,24 @@ inline Bounded moe_experts_expected(const std::vector<float>& x, const std::vect
   return out;
 }
 
+// moe_ffn's shared expert [T][H]: sigmoid(inp·x)·down(silu(gate·x) ⊙ up·x), bounded through
+// |sigmoid'| ≤ 0.25.
+inline Bounded shared_expert_expected(const std::vector<float>& x, const OwnedWeight& gate, const OwnedWeight& up,
+                                      const OwnedWeight& down, const OwnedWeight& inp) {
+  const int64_t H = gate.w.ne[0], T = static_cast<int64_t>(x.size()) / H;
+  const Bounded xb = exact(x);
+  const Bounded y = product(down, swiglu(product(gate, xb, T), product(up, xb, T)), T), s = product(inp, xb, T);
+  Bounded out{std::vector<double>(H * T), std::vector<double>(H * T)};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < H; ++d) {
+      const double g = sigmoid(s.want[t]), v = y.want[t * H + d];
+      out.want[t * H + d] = g * v;
+      out.bound[t * H + d] = 0.25 * s.bound[t] * (std::fabs(v) + y.bound[t * H + d]) + g * y.bound[t * H + d] +
+                             kFloatSlack * std::fabs(g * v);
+    }
+  return out;
+}
+
 // hc_read's x [T][H] and inject weights [T][S] (model-spec §4.2): n = each stream RMS-normed with
 // its slice of gamma; lo = silu(down·n / S); x = (1/S)·Σ_s sigmoid(up·lo)_s ⊙ n_s;
 // inject_w = 2·sigmoid(inject·n / S).

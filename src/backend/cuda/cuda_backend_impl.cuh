@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
   void gdn_recurrent(const GdnScanArgs& a) override;
   void gdn_chunked(const GdnScanArgs& a) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) override;
+  void gdn_core(const GdnCoreArgs& a) override;
 
   void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) override;
   void qsa_prepare(const QsaPrepareArgs& a) override;
@@ -124,14 +125,20 @@ class CudaBackend final : public Backend {
     return static_cast<const T*>(cached_upload_bytes(v.data(), v.size_bytes()));
   }
   const void* cached_upload_bytes(const void* src, size_t bytes);
-  // A device counter at zero for a kernel whose last block to finish does the final step; that
-  // block sets it back to zero. Kernels on the one stream run one after another, so one suffices.
-  unsigned* counter() const { return counter_; }
+  // n device counters at zero for a kernel whose last block to finish (of all, or of a group)
+  // does the final step; that block sets its counter back to zero. Kernels on the one stream run
+  // one after another, so they share the counters.
+  unsigned* counters(int64_t n) const {
+    if (n > kCounters) fail("cuda: a kernel needs ", n, " completion counters (at most ", kCounters, ")");
+    return counters_;
+  }
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
   // Whether a product of T > kMatvecMaxTokens tokens with weights of `type` runs on int8 codes.
   bool int8_product(GgmlType type) const;
+  // Whether a decode product with weights of `type` reads int8 activations (cuda_gemv.cuh Int8Unit).
+  bool int8_decode(GgmlType type) const;
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
   // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type,
@@ -161,7 +168,8 @@ class CudaBackend final : public Backend {
     Tensor device;
   };
   std::vector<CachedUpload> uploads_;  // cached_upload's, the most recently used first
-  unsigned* counter_ = nullptr;
+  static constexpr int64_t kCounters = 4096;
+  unsigned* counters_ = nullptr;
 
   // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
   // everything queued between two host waits (a decode step: the ops from one logits read to the

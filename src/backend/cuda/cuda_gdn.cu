@@ -3,7 +3,9 @@
 // Decode (and heads too wide for the chunk kernels) uses the token-by-token scan: each block owns
 // 32 value columns j of one v head. Column j of the state S[i][j] only ever meets column j (decay,
 // S^T k, the rank-1 update, S^T q), so blocks never talk to each other; the block keeps its
-// columns in registers in FP64 for the whole call, as the reference does per head.
+// columns in registers in FP64 for the whole call, as the reference does per head. For one token,
+// gdn_core runs as that one kernel: each block computes its head's gates itself, and the last of a
+// head's blocks to finish applies the gated output norm to the head.
 //
 // Prefill uses the chunked WY form of the CPU backend (cpu_gdn.cpp), in FP32, in two kernels per
 // round of chunks. The first works on every (chunk, v head) at once: everything that does not
@@ -18,17 +20,52 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// g = A·softplus(alpha + dt), beta = sigmoid(beta_raw), rounded to FP32 as the reference stores them.
+__device__ __forceinline__ void gdn_gate_values(float alpha, float beta_raw, float A, float dt, float& g, float& beta) {
+  double z = static_cast<double>(alpha) + dt;
+  double softplus = z > 20 ? z : log1p(exp(z));
+  g = static_cast<float>(A * softplus);
+  beta = static_cast<float>(sigmoid_d(beta_raw));
+}
+
 __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, const float* A, const float* dt, int64_t nv,
                                  int64_t T, float* g, float* beta) {
   grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= nv * T) return;
   int64_t h = i % nv;
-  double z = static_cast<double>(alpha[i]) + dt[h];
-  double softplus = z > 20 ? z : log1p(exp(z));
-  g[i] = static_cast<float>(A[h] * softplus);
-  beta[i] = static_cast<float>(sigmoid_d(beta_raw[i]));
+  gdn_gate_values(alpha[i], beta_raw[i], A[h], dt[h], g[i], beta[i]);
 }
+
+// out = w ⊙ rmsnorm(x) ⊙ sigmoid(z) over one group of dv values, by the whole block (x read
+// through L2: the fused scan reads values other blocks wrote).
+__device__ __forceinline__ void gated_norm_group(const float* x, const float* z, const float* w, int64_t dv, float eps,
+                                                 float* out) {
+  double ss = 0;
+  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
+    const double v = __ldcg(x + j);
+    ss += v * v;
+  }
+  ss = block_sum(ss);
+  double r = 1.0 / sqrt(ss / dv + static_cast<double>(eps));
+  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
+    float n = static_cast<float>(__ldcg(x + j) * r);
+    out[j] = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[j]));
+  }
+}
+
+// What gdn_core adds to the scan kernel (gdn_recurrent passes none of it): gates from their raw
+// inputs (alpha set; the first column block of each head stores them to g_out and beta_out), and
+// the gated output norm into `normed` (set), by the last of a head's column blocks to finish
+// (done[h] counts them and is set back to zero).
+struct GdnCoreExtras {
+  const float *alpha = nullptr, *beta_raw = nullptr, *A = nullptr, *dt = nullptr;
+  float *g_out = nullptr, *beta_out = nullptr;
+  const float *z = nullptr, *norm_w = nullptr;
+  float eps = 0;
+  float* normed = nullptr;
+  unsigned* done = nullptr;
+};
 
 constexpr int kStepWarps = 8;
 
@@ -59,7 +96,7 @@ __global__ void narrow_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
 template <int kRows, typename State>
 __global__ void __launch_bounds__(kStepWarps * 32)
     gdn_scan_kernel(const float* qkv, const float* g, const float* beta, State* state, float* out, int64_t T,
-                    int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
+                    int64_t nk, int64_t nv, int64_t dk, int64_t dv, GdnCoreExtras x) {
   grid_dependency_wait();
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
   __shared__ double part[kStepWarps][32];
@@ -102,8 +139,15 @@ __global__ void __launch_bounds__(kStepWarps * 32)
       k[i] *= norm_scale[1];
     }
     __syncthreads();
-    const double decay = exp(static_cast<double>(g[t * nv + h]));
-    const double b = beta[t * nv + h];
+    float gt, bt;
+    if (x.alpha) {
+      gdn_gate_values(x.alpha[t * nv + h], x.beta_raw[t * nv + h], x.A[h], x.dt[h], gt, bt);
+      if (blockIdx.y == 0 && threadIdx.x == 0) x.g_out[t * nv + h] = gt, x.beta_out[t * nv + h] = bt;
+    } else {
+      gt = g[t * nv + h], bt = beta[t * nv + h];
+    }
+    const double decay = exp(static_cast<double>(gt));
+    const double b = bt;
     const double v = active ? static_cast<double>(row[2 * nk * dk + h * dv + j]) : 0.0;
     double m = 0;
 #pragma unroll
@@ -143,36 +187,43 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     const int64_t i = warp + r * kStepWarps;
     if (active && i < dk) store_state(Sh + i * dv + j, S[r]);
   }
+  if (!x.normed) return;
+  __threadfence();  // this block's outputs are visible before it counts as done
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(x.done + h, 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t o = t * nv * dv + h * dv;
+    gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o);
+  }
+  if (threadIdx.x == 0) x.done[h] = 0;
 }
 
 __global__ void gated_rms_norm_kernel(const float* x, const float* z, const float* w, int64_t dv, float eps,
                                       float* out) {
   grid_dependency_wait();
-  int64_t gi = blockIdx.x;
-  const float* xr = x + gi * dv;
-  double ss = 0;
-  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) ss += static_cast<double>(xr[j]) * xr[j];
-  ss = block_sum(ss);
-  double r = 1.0 / sqrt(ss / dv + static_cast<double>(eps));
-  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
-    float n = static_cast<float>(xr[j] * r);
-    out[gi * dv + j] = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[gi * dv + j]));
-  }
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * dv;
+  gated_norm_group(x + o, z + o, w, dv, eps, out + o);
 }
 
+// With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes.
 template <int kRows>
-void launch_scan_rows(const GdnScanArgs& a, cudaStream_t stream) {
+void launch_scan_rows(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
+  const float *g = a.g->f32(), *beta = a.beta->f32();
   if (a.state->dtype() == DType::BF16)
-    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, uint16_t>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->bf16(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
+    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, uint16_t>, grid, kStepWarps * 32, 0, a.qkv->f32(), g, beta, a.state->bf16(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
   else
-    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, float>, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv);
+    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, float>, grid, kStepWarps * 32, 0, a.qkv->f32(), g, beta, a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
 }
 
-void launch_scan(const GdnScanArgs& a, cudaStream_t stream) {
-  if (a.dk <= 4 * kStepWarps) return launch_scan_rows<4>(a, stream);
-  if (a.dk <= 16 * kStepWarps) return launch_scan_rows<16>(a, stream);
-  if (a.dk <= 64 * kStepWarps) return launch_scan_rows<64>(a, stream);
+void launch_scan(const GdnScanArgs& a, cudaStream_t stream, const GdnCoreExtras& x = {}) {
+  if (a.dk <= 4 * kStepWarps) return launch_scan_rows<4>(a, x, stream);
+  if (a.dk <= 16 * kStepWarps) return launch_scan_rows<16>(a, x, stream);
+  if (a.dk <= 64 * kStepWarps) return launch_scan_rows<64>(a, x, stream);
   fail("gdn_recurrent: key heads of ", a.dk, " exceed the CUDA kernel's ", 64 * kStepWarps);
 }
 
@@ -456,6 +507,21 @@ void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
   OpScope scope(profiler_, "gdn_recurrent", a.qkv->ne(1), stream_);
   check_gdn_scan(a, "gdn_recurrent");
   if (a.qkv->ne(1) > 0) launch_scan(a, stream_);
+}
+
+void CudaBackend::gdn_core(const GdnCoreArgs& a) {
+  if (a.qkv->ne(1) != 1) return Backend::gdn_core(a);
+  OpScope scope(profiler_, "gdn_core", 1, stream_);
+  check_gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
+  check_gated_rms_norm(*a.core, *a.z, *a.norm, *a.out);
+  if (a.norm->n_elements() != a.dv) fail("gdn_core: norm weight of ", a.norm->n_elements(), " for value heads of ", a.dv);
+  const GdnScanArgs scan{.qkv = a.qkv, .g = a.g, .beta = a.beta, .state = a.state, .out = a.core,
+                         .n_k_heads = a.n_k_heads, .n_v_heads = a.n_v_heads, .dk = a.dk, .dv = a.dv};
+  check_gdn_scan(scan, "gdn_core");
+  const GdnCoreExtras x{.alpha = a.alpha->f32(), .beta_raw = a.beta_raw->f32(), .A = values(*a.ssm_a),
+                        .dt = values(*a.dt_bias), .g_out = a.g->f32(), .beta_out = a.beta->f32(), .z = a.z->f32(),
+                        .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(), .done = counters(a.n_v_heads)};
+  launch_scan(scan, stream_, x);
 }
 
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {

@@ -39,6 +39,56 @@ class CudaBackend;
 // x [rows][K] quantized as Q8_K (block256) or Q8_0, on the backend's stream (cuda_matmul.cu).
 QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K);
 
+// Q8_0 activations: chunk c of x by one warp (a value a lane), rounded as quant::quantize_q8_0
+// rounds them: d = amax/127, codes round(x·(1/d)), d kept as fp16 (the value the codes multiply).
+__device__ __forceinline__ void quantize_q8_0_chunk(const float* __restrict__ x, int64_t c, int8_t* __restrict__ codes,
+                                                    float2* __restrict__ scales) {
+  const int lane = threadIdx.x % 32;
+  const float v = x[c * 32 + lane];
+  const float d = warp_max(fabsf(v)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  const int q = static_cast<int>(roundf(v * id));
+  codes[c * 32 + lane] = static_cast<int8_t>(q);
+  const int sum = warp_sum(q);
+  const float d16 = __half2float(__float2half_rn(d));
+  if (lane == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
+}
+
+// Q8_K activations: 256-value block b of x by one warp (8 values a lane), rounded as
+// quant::quantize_q8_k rounds them: the value of largest magnitude (the first of equals) maps to
+// −127, codes nearest-even of x·(−127/max), d = 1/(−127/max).
+__device__ __forceinline__ void quantize_q8_k_block(const float* __restrict__ x, int64_t b, int8_t* __restrict__ codes,
+                                                    float2* __restrict__ scales) {
+  const int lane = threadIdx.x % 32;
+  const float4* src = reinterpret_cast<const float4*>(x + b * 256 + lane * 8);
+  const float4 v0 = src[0], v1 = src[1];
+  const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  float amax = 0.0f, max = 0.0f;
+  int at = 256;  // index of max in the block
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (fabsf(v[i]) > amax) amax = fabsf(v[i]), max = v[i], at = lane * 8 + i;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, max, o);
+    const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+    if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, max = m2, at = at2;
+  }
+  const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+  uint32_t packed[2] = {0, 0};
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = min(127, __float2int_rn(iscale * v[i]));
+    sum += q;
+    packed[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2*>(codes + b * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // the chunk's four lanes
+  const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+  if (lane % 4 == 0) scales[b * 8 + lane / 4] = make_float2(d, d * static_cast<float>(sum));
+}
+
 // A weight type's 32-value chunk as int8 codes (Raw: the bytes loaded ahead, unpack: codes in k
 // order, 4 a word, and w = scale·code − offset). kBlock256: its activations are Q8_K, else Q8_0.
 template <GgmlType kType>

@@ -13,13 +13,19 @@
 //
 // Types with a unit loader here: F32, F16, BF16 (K a multiple of 16), Q8_0 in the device layout
 // of cuda_quant.cuh, Q4_K. Others take the chunk-based matvec (cuda_matmul.cu).
+//
+// Q8_0 and Q4_K also have int8 units (Int8Unit), which read activations already quantized to the
+// format quant pairs with the type (Q8_0 or Q8_K codes and chunk scales, QuantizedX) and sum code
+// products with dp4a: four multiply-adds an instruction, against a float's three instructions.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
 namespace regolith::cuda {
@@ -202,6 +208,107 @@ struct Unit<GgmlType::Q4_K> {
   }
 };
 
+// ---- int8 activations ----
+
+// A unit's activations as int8 codes: the 8 codes of each run and the scale of their chunk (both
+// runs of a Q8_0 or Q4_K unit lie in one chunk of the activation format).
+struct Int8Run {
+  uint2 lo, hi;
+  float d;
+};
+
+// Int8Unit<T>: Unit<T>'s rows (fetch, runs) with dot products on Int8Run activations.
+template <GgmlType kType>
+struct Int8Unit;
+
+template <>
+struct Int8Unit<GgmlType::Q8_0> : Unit<GgmlType::Q8_0> {
+  using Activation = Int8Run;
+  __device__ static Sums sums(const Int8Run&) { return {}; }
+  __device__ static float dot(const Raw& r, int64_t, const Int8Run& x, Sums) {
+    const int s = __dp4a(static_cast<int>(r.codes.w), static_cast<int>(x.hi.y),
+                         __dp4a(static_cast<int>(r.codes.z), static_cast<int>(x.hi.x),
+                                __dp4a(static_cast<int>(r.codes.y), static_cast<int>(x.lo.y),
+                                       __dp4a(static_cast<int>(r.codes.x), static_cast<int>(x.lo.x), 0))));
+    return f16(r.d) * x.d * static_cast<float>(s);
+  }
+};
+
+// Q4_K values code·d_j − o_j on Q8_K activations d·q: d·(d_j·Σ code·q − o_j·Σ q) per run, both
+// sums in integers.
+template <>
+struct Int8Unit<GgmlType::Q4_K> : Unit<GgmlType::Q4_K> {
+  using Activation = Int8Run;
+  struct Sums {
+    int lo, hi;  // Σ q over each run
+  };
+  __device__ static Sums sums(const Int8Run& x) {
+    constexpr int kOnes = 0x01010101;
+    return {__dp4a(static_cast<int>(x.lo.y), kOnes, __dp4a(static_cast<int>(x.lo.x), kOnes, 0)),
+            __dp4a(static_cast<int>(x.hi.y), kOnes, __dp4a(static_cast<int>(x.hi.x), kOnes, 0))};
+  }
+  __device__ static float dot(const Raw& r, int64_t u, const Int8Run& x, Sums xs) {
+    const uint4 header = r.header;
+    const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
+    uint32_t scales, mins;
+    k4_scale_min_pair(header, static_cast<int>(u & 15) >> 2, scales, mins);
+    const int lo = __dp4a(static_cast<int>(r.q.y & 0x0F0F0F0Fu), static_cast<int>(x.lo.y),
+                          __dp4a(static_cast<int>(r.q.x & 0x0F0F0F0Fu), static_cast<int>(x.lo.x), 0));
+    const int hi = __dp4a(static_cast<int>((r.q.y >> 4) & 0x0F0F0F0Fu), static_cast<int>(x.hi.y),
+                          __dp4a(static_cast<int>((r.q.x >> 4) & 0x0F0F0F0Fu), static_cast<int>(x.hi.x), 0));
+    const int sc = static_cast<int>(scales & 0xFF) * lo + static_cast<int>(scales >> 8) * hi;
+    const int m = static_cast<int>(mins & 0xFF) * xs.lo + static_cast<int>(mins >> 8) * xs.hi;
+    return x.d * (d * static_cast<float>(sc) - dmin * static_cast<float>(m));
+  }
+};
+
+// Calls fn(Int8Unit<type>{}) for a type with an int8 unit; false for any other type.
+template <typename Fn>
+__host__ __device__ __forceinline__ bool dispatch_int8_unit(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::Q8_0: fn(Int8Unit<GgmlType::Q8_0>{}); return true;
+    case GgmlType::Q4_K: fn(Int8Unit<GgmlType::Q4_K>{}); return true;
+    default: return false;
+  }
+}
+
+// ---- activation sources of gemv_accumulate ----
+
+// The activations a unit type's dot reads: 16 floats, or its Activation (Int8Run).
+template <typename U, typename = void>
+struct ActivationOf {
+  using type = float[16];
+};
+template <typename U>
+struct ActivationOf<U, std::void_t<typename U::Activation>> {
+  using type = typename U::Activation;
+};
+
+// FP32 activations: token t's values at x + t·ld.
+struct FloatX {
+  const float* x;
+  int64_t ld;
+  __device__ void load(int t, int64_t x0, int64_t x1, float (&out)[16]) const {
+    const float4* a = reinterpret_cast<const float4*>(x + t * ld + x0);
+    const float4* b = reinterpret_cast<const float4*>(x + t * ld + x1);
+    const float4 v[4] = {a[0], a[1], b[0], b[1]};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[4 * i] = v[i].x, out[4 * i + 1] = v[i].y, out[4 * i + 2] = v[i].z, out[4 * i + 3] = v[i].w;
+  }
+};
+
+// Quantized activations: token t's codes at q.codes + t·ld, chunk scales after t·ld/32.
+struct Int8X {
+  QuantizedX q;
+  int64_t ld;
+  __device__ void load(int t, int64_t x0, int64_t x1, Int8Run& out) const {
+    const int8_t* c = q.codes + t * ld;
+    out.lo = *reinterpret_cast<const uint2*>(c + x0);
+    out.hi = *reinterpret_cast<const uint2*>(c + x1);
+    out.d = q.chunk_scales[(t * ld + x0) / 32].x;
+  }
+};
+
 // Whether `type` has a unit loader and rows of K values fit it.
 inline bool has_unit_loader(GgmlType type, int64_t K) {
   switch (type) {
@@ -242,12 +349,12 @@ __device__ __forceinline__ bool rows_to_fetch(const uint8_t* const (&rows)[R], c
   return present != nullptr;
 }
 
-// acc[r][t] += this thread's share of rows[r]·x_t (x_t = x + t·ldx, t < T <= TB): units u = first,
-// first + stride, ... of K/16. A unit's R rows are all fetched before the first is decoded.
-// Absent (null) rows' acc hold meaningless sums.
-template <typename U, int R, int TB>
-__device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R], int64_t K, const float* __restrict__ x,
-                                                int64_t ldx, int T, int64_t first, int64_t stride, float (&acc)[R][TB]) {
+// acc[r][t] += this thread's share of rows[r]·x_t (token t < T <= TB of the activation source x,
+// FloatX or, for int8 units, Int8X): units u = first, first + stride, ... of K/16. A unit's R rows
+// are all fetched before the first is decoded. Absent (null) rows' acc hold meaningless sums.
+template <typename U, int R, int TB, typename X>
+__device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R], int64_t K, const X& x, int T,
+                                                int64_t first, int64_t stride, float (&acc)[R][TB]) {
   const uint8_t* src[R];
   if (!rows_to_fetch(rows, src)) return;
   const int64_t n_units = K / kUnit;
@@ -258,16 +365,12 @@ __device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R],
     for (int r = 0; r < R; ++r) raw[r] = U::fetch(src[r], u, K);
     int64_t x0, x1;
     U::runs(u, x0, x1);
-    float xs[TB][16];
+    typename ActivationOf<U>::type xs[TB];
     typename U::Sums sums[TB];
 #pragma unroll
     for (int t = 0; t < TB; ++t) {
       if (t < T) {
-        const float4* a = reinterpret_cast<const float4*>(x + t * ldx + x0);
-        const float4* b = reinterpret_cast<const float4*>(x + t * ldx + x1);
-        float4 v[4] = {a[0], a[1], b[0], b[1]};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) xs[t][4 * i] = v[i].x, xs[t][4 * i + 1] = v[i].y, xs[t][4 * i + 2] = v[i].z, xs[t][4 * i + 3] = v[i].w;
+        x.load(t, x0, x1, xs[t]);
         sums[t] = U::sums(xs[t]);
       }
     }

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
   __syncthreads();
   if (d >= H) return;
   float acc[S][1] = {};
-  gemv_accumulate<U, S, 1>(rows, r, lo, r, 1, lane, 32, acc);
+  gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
   float m[S];
 #pragma unroll
   for (int s = 0; s < S; ++s) m[s] = warp_sum(acc[s][0]);

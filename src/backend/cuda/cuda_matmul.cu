@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? b.data[s] + (n0 + r) * b.pitch[s] : nullptr;
   float acc[R][TB] = {};
-  gemv_accumulate<U, R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc);
+  gemv_accumulate<U, R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc);
   float sums[R * TB];
   block_reduce_rows(acc, sums);
   if (threadIdx.x != 0) return;
@@ -154,60 +154,18 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       [=](int tt) { return t0 + tt; });
 }
 
-// Q8_0 activations, one warp a 32-value chunk, rounded as quant::quantize_q8_0 rounds them: d =
-// amax/127, codes round(x·(1/d)), d kept as fp16 (the value the codes multiply).
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ codes,
                                      float2* __restrict__ scales) {
   grid_dependency_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (c >= n_chunks) return;
-  const float v = x[c * 32 + lane];
-  const float d = warp_max(fabsf(v)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-  const int q = static_cast<int>(roundf(v * id));
-  codes[c * 32 + lane] = static_cast<int8_t>(q);
-  const int sum = warp_sum(q);
-  const float d16 = __half2float(__float2half_rn(d));
-  if (lane == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
+  if (c < n_chunks) quantize_q8_0_chunk(x, c, codes, scales);
 }
 
-// Q8_K activations, one warp a 256-value block (8 values a lane), rounded as quant::quantize_q8_k
-// rounds them: the value of largest magnitude (the first of equals) maps to −127, codes
-// nearest-even of x·(−127/max), d = 1/(−127/max).
 __global__ void quantize_q8_k_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ codes,
                                      float2* __restrict__ scales) {
   grid_dependency_wait();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (b >= n_blocks) return;
-  const float4* src = reinterpret_cast<const float4*>(x + b * 256 + lane * 8);
-  const float4 v0 = src[0], v1 = src[1];
-  const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-  float amax = 0.0f, max = 0.0f;
-  int at = 256;  // index of max in the block
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    if (fabsf(v[i]) > amax) amax = fabsf(v[i]), max = v[i], at = lane * 8 + i;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float a2 = __shfl_xor_sync(0xffffffffu, amax, o), m2 = __shfl_xor_sync(0xffffffffu, max, o);
-    const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
-    if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, max = m2, at = at2;
-  }
-  const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-  uint32_t packed[2] = {0, 0};
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int q = min(127, __float2int_rn(iscale * v[i]));
-    sum += q;
-    packed[i / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (i % 4));
-  }
-  *reinterpret_cast<uint2*>(codes + b * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // the chunk's four lanes
-  const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
-  if (lane % 4 == 0) scales[b * 8 + lane / 4] = make_float2(d, d * static_cast<float>(sum));
+  if (b < n_blocks) quantize_q8_k_block(x, b, codes, scales);
 }
 
 // out[i] = Σ_z part[z·n + i] over the splits in order.
@@ -304,6 +262,10 @@ QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const 
 }
 
 bool CudaBackend::int8_product(GgmlType type) const { return int8_products_ && has_int8_decoder(type); }
+
+bool CudaBackend::int8_decode(GgmlType type) const {
+  return int8_products_ && dispatch_int8_unit(type, [](auto) {});
+}
 
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
   if (T == 0 || w.n_rows == 0) return;

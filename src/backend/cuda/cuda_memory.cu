@@ -117,8 +117,8 @@ CudaBackend::CudaBackend(bool int8_products)
   check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
-  check(cudaMalloc(&counter_, sizeof(unsigned)), "cudaMalloc");
-  check(cudaMemset(counter_, 0, sizeof(unsigned)), "cudaMemset");
+  check(cudaMalloc(&counters_, kCounters * sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset");
   // Programmatic dependent launch (sm_90+) unless REGOLITH_CUDA_PDL=0, on the stream or as the
   // step graphs' edges.
   int major = 0;
@@ -146,7 +146,7 @@ CudaBackend::~CudaBackend() {
   recorder_.reset();
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);
-  cudaFree(counter_);
+  cudaFree(counters_);
   cudaStreamDestroy(stream_);
 }
 

@@ -35,6 +35,17 @@ struct SlotMatrices {
   SlotMatrix routed, shared;  // shared.data null: routed slots only
 };
 
+// x [T][K] quantized for the expert kernels' int8 units (Int8Unit, cuda_gemv.cuh): Q8_0 for
+// Q8_0 rows, Q8_K for Q4_K rows; a format's codes are null when no slot reads it.
+struct ExpertX8 {
+  QuantizedX q8_0, q8_k;
+};
+// Where the router kernel writes them.
+struct QuantizeTarget {
+  int8_t* codes = nullptr;
+  float2* scales = nullptr;
+};
+
 // One warp routes one token: top k by logit (softmax is monotone), equal logits to the lower id;
 // softmax sums in FP64. The warp holds the E <= 32·kPerLane logits in registers (lane l has
 // experts l, l + 32, ...; `load` reads them once, so a caller can bypass L1), so that each of the
@@ -112,11 +123,13 @@ void with_logits_per_lane(int64_t E, Fn&& fn) {
 // Decode: rows n0 .. n0+R-1 (n0 = R·blockIdx.x) of [router; shared gate] times x for T <= TB
 // tokens, giving the logits [E, T] and the shared expert's gate logit s [T]; the block that
 // finishes last then routes every token (ids, weights [k, T]) and re-arms *finished for the next
-// call. Two launches become one.
+// call. Two launches become one. Before their rows, warps quantize x to the targets set (a Q8_K
+// block or a Q8_0 chunk a warp, spread over the grid) for the expert kernels.
 template <int R, int TB, int kPerLane>
 __global__ void __launch_bounds__(128)
     moe_router_kernel(SlotMatrix router, SlotMatrix gate_inp, int64_t K, int64_t E, const float* __restrict__ x, int T,
-                      int64_t k, float* logits, float* s, int32_t* ids, float* weights, unsigned* finished) {
+                      int64_t k, float* logits, float* s, int32_t* ids, float* weights, unsigned* finished,
+                      QuantizeTarget q8_0, QuantizeTarget q8_k) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
   const uint8_t* rows[R];
 #pragma unroll
@@ -125,8 +138,18 @@ __global__ void __launch_bounds__(128)
     if (rows[r]) prefetch_l2(rows[r], router.pitch);
   }
   grid_dependency_wait();
+  {
+    const int64_t n_k = q8_k.codes ? T * K / 256 : 0, n_0 = q8_0.codes ? T * K / 32 : 0;
+    const int64_t n_warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    for (int64_t w = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; w < n_k + n_0; w += n_warps) {
+      if (w < n_k)
+        quantize_q8_k_block(x, w, q8_k.codes, q8_k.scales);
+      else
+        quantize_q8_0_chunk(x, w - n_k, q8_0.codes, q8_0.scales);
+    }
+  }
   float acc[R][TB] = {};
-  dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, x, K, T, threadIdx.x, blockDim.x, acc); });
+  dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc); });
   float sums[R * TB];
   block_reduce_rows(acc, sums);
   __shared__ bool last;
@@ -191,10 +214,11 @@ __device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_
 // units) decoded 7% faster on an H200 than two rows per 128-thread block, which left three
 // quarters of the threads a single unit and paid a block reduction (114.8 -> 123.3 tok/s).
 // At most 64 registers (8 blocks an SM; the compiler's choice was 72, 7 blocks): decode 143.6 /
-// 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below.
+// 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
+// an int8 unit reads x8 when it holds x in that unit's format, else x.
 __global__ void __launch_bounds__(128, 8)
     expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E,
-                          const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x,
+                          const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x, ExpertX8 x8,
                           float* __restrict__ h) {
   const int64_t slots = k + (gate.shared.data ? 1 : 0), pair = blockIdx.y, t = pair / slots, j = pair % slots;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -214,9 +238,13 @@ __global__ void __launch_bounds__(128, 8)
     prefetch_l2(rows[1], up.routed.pitch, lane, 32);
   }
   float acc[2][1] = {};
-  dispatch_unit(j == k ? gate.shared.type : gate.routed.type, [&](auto unit) {
-    gemv_accumulate<decltype(unit), 2, 1>(rows, K, x + t * K, K, 1, lane, 32, acc);
+  const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
+  const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
+  const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
+    const Int8X xt{{xq.codes + t * K, xq.chunk_scales + t * K / 32}, K};
+    gemv_accumulate<decltype(unit), 2, 1>(rows, K, xt, 1, lane, 32, acc);
   });
+  if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x + t * K, K}, 1, lane, 32, acc); });
   const float g = warp_sum(acc[0][0]), u = warp_sum(acc[1][0]);
   if (lane == 0) h[pair * F + n] = valid ? static_cast<float>(silu_d(g) * u) : 0.0f;
 }
@@ -245,7 +273,7 @@ __global__ void __launch_bounds__(128, 5)
     for (int r = 0; r < R; ++r) rows[r] = n0 + r < H ? slot_row(down, j, k, e, E, H, n0 + r) : nullptr;
     float part[R][1] = {};
     dispatch_unit(j == k ? down.shared.type : down.routed.type, [&](auto unit) {
-      gemv_accumulate<decltype(unit), R, 1>(rows, F, h + (t * slots + j) * F, F, 1, u, n_units, part);
+      gemv_accumulate<decltype(unit), R, 1>(rows, F, FloatX{h + (t * slots + j) * F, F}, 1, u, n_units, part);
     });
     const float wj = j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
 #pragma unroll
@@ -410,14 +438,39 @@ bool fits_decode_kernels(const DeviceMatrix& g, const DeviceMatrix& u, const Dev
 void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix& mu, const DeviceMatrix& md,
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
                 int64_t E, int64_t T, const int32_t* ids, const float* weights, int64_t k, const float* shared_logit,
-                const float* x, float* h, float* out) {
+                const float* x, const ExpertX8& x8, float* h, float* out) {
   // Gate/up: a warp per row, four per block; down: four rows per block.
   constexpr int kGateUpWarps = 4, kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
-  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel, dim3(blocks_for(F, kGateUpWarps), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, ids, k, x, h);
+  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel, dim3(blocks_for(F, kGateUpWarps), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, ids, k, x, x8, h);
   launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, dim3(blocks_for(H, kDownRows), static_cast<unsigned>(T)), gemv_threads(slots * (F / kUnit)), 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
+}
+
+// x [T][K] in the activation formats the int8 units of gate/up rows of these types read (Q8_0
+// rows: Q8_0, Q4_K rows: Q8_K), as scratch for the router kernel to fill (`fill`), or filled here.
+struct ExpertX8Buffers {
+  QuantizedActivations q8_0, q8_k;  // empty tensors: not wanted
+  ExpertX8 view() const {
+    return {q8_0.codes.empty() ? QuantizedX{} : q8_0.view(), q8_k.codes.empty() ? QuantizedX{} : q8_k.view()};
+  }
+  static QuantizeTarget target(QuantizedActivations& q) {
+    return q.codes.empty() ? QuantizeTarget{} : QuantizeTarget{reinterpret_cast<int8_t*>(q.codes.f32()), reinterpret_cast<float2*>(q.scales.f32())};
+  }
+};
+ExpertX8Buffers expert_x8(CudaBackend& be, std::initializer_list<GgmlType> types, const float* x, int64_t T, int64_t K,
+                          bool fill) {
+  ExpertX8Buffers b;
+  for (GgmlType type : types) {
+    if (!be.int8_decode(type)) continue;
+    const bool block256 = type == GgmlType::Q4_K;
+    QuantizedActivations& q = block256 ? b.q8_k : b.q8_0;
+    if (!q.codes.empty()) continue;
+    q = fill ? quantize_activations(be, block256, x, T, K)
+             : QuantizedActivations{be.scratch_bytes(static_cast<size_t>(T * K)), be.scratch_f32(T * K / 32 * 2)};
+  }
+  return b;
 }
 
 void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* ids, int64_t k, int64_t pairs,
@@ -475,8 +528,9 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   const DeviceMatrix &mg = matrix(wg), &mu = matrix(wu), &md = matrix(wd);
   if (T <= kMatvecMaxTokens && fits_decode_kernels(mg, mu, md, H, F)) {
     Tensor h = scratch_f32(pairs * F);
+    const ExpertX8Buffers x8 = expert_x8(*this, {mg.type}, a.x->f32(), T, H, true);
     moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, a.ids->i32(), a.weights->f32(), k, nullptr,
-               a.x->f32(), h.f32(), a.out->f32());
+               a.x->f32(), x8.view(), h.f32(), a.out->f32());
     return;
   }
   Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
@@ -510,11 +564,14 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   Tensor s = output_f32(1, T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
   Tensor h = scratch_f32((k + 1) * T * F);
   const DeviceMatrix &router = matrix(*a.router), &gate_inp = matrix(*a.shared_gate_inp);
-  if (router.type == gate_inp.type && has_unit_loader(router.type, H)) {
+  const bool router_kernel = router.type == gate_inp.type && has_unit_loader(router.type, H);
+  // x for the gate/up kernel's int8 units: quantized by the router kernel, or here.
+  ExpertX8Buffers x8 = expert_x8(*this, {mg.type, sg.type}, a.x->f32(), T, H, !router_kernel);
+  if (router_kernel) {
     with_logits_per_lane(E, [&](auto per_lane) {
       constexpr int kPerLane = decltype(per_lane)::value;
       auto* kernel = T == 1 ? moe_router_kernel<1, 1, kPerLane> : moe_router_kernel<1, kMatvecMaxTokens, kPerLane>;
-      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counter());
+      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), ExpertX8Buffers::target(x8.q8_0), ExpertX8Buffers::target(x8.q8_k));
     });
   } else {
     const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
@@ -522,8 +579,8 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
     mul_mat_shared_input(ws, *a.x, outs);
     moe_route(*a.logits, k, ids, weights);
   }
-  moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, ids.i32(), weights.f32(), k, s.f32(), a.x->f32(), h.f32(),
-             a.out->f32());
+  moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, ids.i32(), weights.f32(), k, s.f32(), a.x->f32(), x8.view(),
+             h.f32(), a.out->f32());
 }
 
 }  // namespace regolith::cuda
