@@ -16,7 +16,8 @@
 //
 // Q8_0 and Q4_K also have int8 units (Int8Unit), which read activations already quantized to the
 // format quant pairs with the type (Q8_0 or Q8_K codes and chunk scales, QuantizedX) and sum code
-// products with dp4a: four multiply-adds an instruction, against a float's three instructions.
+// products with dp4a: four values an instruction, where FP32 activations take about three
+// instructions a value (byte to float, subtract, multiply-add).
 #pragma once
 
 #include <cuda_fp16.h>

@@ -8,6 +8,7 @@
 // its own pairs, so an expert's weights are read once per 64 of its tokens.
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
