@@ -253,8 +253,14 @@ void Backend::moe_ffn(const MoeFfnArgs& a) {
   add_sigmoid_gated(*a.out, shared, s);
 }
 
-void Backend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
+void check_hc_write_read(const Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
   if (a.R != &R) fail("hc_write_read: the read is not of the written residual");
+  check_hc_write(R, y, inject_w);
+  check_hc_read(a);
+}
+
+void Backend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
+  check_hc_write_read(R, y, inject_w, a);
   hc_write(R, y, inject_w);
   hc_read(a);
 }

@@ -231,6 +231,7 @@ void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, 
 void check_hc_read(const HcReadArgs& a);
 void check_qsa_prepare(const QsaPrepareArgs& a);
 void check_hc_write(const Tensor& R, const Tensor& y, const Tensor& inject_w);
+void check_hc_write_read(const Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a);
 void check_gdn_gates(const Tensor& alpha, const Tensor& beta_raw, const Weight& ssm_a, const Weight& dt_bias,
                      const Tensor& g, const Tensor& beta);
 void check_gdn_scan(const GdnScanArgs& a, const char* op);  // op: "gdn_recurrent" or "gdn_chunked"

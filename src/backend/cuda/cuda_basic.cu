@@ -30,10 +30,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t group, i
   grid_dependency_wait();
   int64_t gi = blockIdx.x;
   const float* xr = x + gi * group;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
-  ss = block_sum(ss);
-  double r = 1.0 / sqrt(ss / group + static_cast<double>(eps));
+  const double r = block_inv_rms(xr, group, eps);
   const float* wp = w ? w + (w_len == n ? (gi * group) % n : 0) : nullptr;
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x)
     out[gi * group + i] = static_cast<float>(xr[i] * r * (wp ? static_cast<double>(wp[i]) : 1.0));

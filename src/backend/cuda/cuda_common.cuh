@@ -92,6 +92,15 @@ __device__ T block_sum(T v) {
   return total;
 }
 
+// 1/sqrt(mean(x²) + eps) over x[0 .. n), by the whole block (FP64 partial sums a thread, then
+// block_sum): the RMSNorm scale of rms_norm_kernel and of the fused ops that norm as it does.
+__device__ __forceinline__ double block_inv_rms(const float* x, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
+  ss = block_sum(ss);
+  return 1.0 / sqrt(ss / n + static_cast<double>(eps));
+}
+
 template <typename T>
 __device__ T block_max(T v) {
   __shared__ T partial[32];

@@ -231,9 +231,7 @@ void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const floa
 }
 
 void CudaBackend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
-  if (a.R != &R) fail("hc_write_read: the read is not of the written residual");
-  check_hc_write(R, y, inject_w);
-  check_hc_read(a);
+  check_hc_write_read(R, y, inject_w, a);
   if (!hc_read_decodes(a)) return Backend::hc_write_read(R, y, inject_w, a);
   OpScope scope(profiler_, "hc_write_read", R.ne(1), stream_);
   hc_read_decode(a, y.f32(), inject_w.f32());

@@ -35,8 +35,8 @@ struct QsaPrepareShape {
 
 // Grid (heads, T), one block a head of a token: value heads and the indexer key are copied into
 // their caches; query, key and indexer query heads are RMS-normed as rms_norm_kernel norms them
-// (the same per-thread partial sums and block sum, so the same values) and rotated as rope_kernel
-// rotates them, the key head also into its cache. dynamic shared memory: max(hd, di) floats.
+// (block_inv_rms: the same values) and rotated as rope_kernel rotates them, the key head also
+// into its cache. Dynamic shared memory: max(hd, di) floats.
 __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float* v, const float* iq, const float* ik,
                                    const float* q_norm, const float* k_norm, const float* iq_norm,
                                    const int64_t* positions, const float* inv_freq, QsaPrepareShape d, float* q_out,
@@ -69,10 +69,7 @@ __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float*
     j -= d.nh + 2 * d.nkv;
     n = d.di, src = iq + (t * d.n_idx + j) * d.di, w = iq_norm, dst = iq_out + (t * d.n_idx + j) * d.di;
   }
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(src[i]) * src[i];
-  ss = block_sum(ss);
-  const double r = 1.0 / sqrt(ss / n + static_cast<double>(d.eps));
+  const double r = block_inv_rms(src, n, d.eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) head[i] = static_cast<float>(src[i] * r * static_cast<double>(w[i]));
   __syncthreads();
   for (int64_t i = threadIdx.x; i < d.half; i += blockDim.x) rope_pair(head, i, d.half, inv_freq[i], positions[t]);
