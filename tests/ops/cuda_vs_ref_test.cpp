@@ -1,7 +1,8 @@
 // The CUDA backend against the reference backend on the sizes its kernels special-case: matvec
 // (1..8 tokens) versus tiled GEMM (more), every weight type (each read through its device
-// decoder), the int8 tile (its products against the reference's on activations rounded as
-// quant rounds them) and the split-TF32 tile (the backend with exact_products), rows ending in a
+// decoder), the products on int8 activations (the int8 tile, and the decode kernel's int8 units:
+// against the reference's on activations rounded as quant rounds them) and on FP32 ones (the
+// split-TF32 tile and the decode kernels, the backend with exact_products), rows ending in a
 // partial 32-value chunk, QSA selection over several scan
 // chunks with many exactly tied scores (the chosen blocks must be identical), GDN with value heads
 // that do not fill a warp, MoE over many tokens. Skips without a device.
@@ -25,8 +26,10 @@ class CudaVsRef : public ::testing::Test {
     cuda_exact = make_backend(BackendOptions{.name = "cuda", .exact_products = true});
   }
   std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+  void expect_products(const OwnedWeight& w, const std::vector<float>& x, int64_t T, const std::vector<float>& got,
+                       const std::vector<float>& got_exact, const std::string& what);
   std::unique_ptr<Backend> cuda, ref;
-  std::unique_ptr<Backend> cuda_exact;  // prefill products of quantized weights on FP32 activations
+  std::unique_ptr<Backend> cuda_exact;  // products of quantized weights on FP32 activations
 };
 
 // The weight types whose prefill products run on the int8 tile (cuda_gemm_int8.cuh).
@@ -37,8 +40,14 @@ bool on_int8_tile(GgmlType type) {
   return false;
 }
 
+// Whether the default backend's product of T tokens with weights of `type` reads activations
+// rounded as quant rounds them: on the int8 tile (prefill) or the decode kernel's int8 units.
+bool on_int8_activations(GgmlType type, int64_t T) {
+  return T > 8 ? on_int8_tile(type) : type == GgmlType::Q8_0 || type == GgmlType::Q4_K;
+}
+
 // x's rows of K rounded to the activation format quant pairs with weight_type (Q8_0 or Q8_K),
-// as the int8 tile reads them.
+// as the int8 tile and the int8 units read them.
 std::vector<float> rounded_activations(GgmlType weight_type, const std::vector<float>& x, int64_t K) {
   const GgmlType format = quant::activation_type(weight_type);
   std::vector<uint8_t> q(row_bytes(format, K));
@@ -62,6 +71,27 @@ void report_close(const std::vector<float>& got, const std::vector<double>& want
 // FP32 accumulation over K terms against FP64: error grows like sqrt(K) float roundings.
 double matmul_tolerance(int64_t K) { return 4e-7 * std::sqrt(static_cast<double>(K)); }
 
+std::vector<float> run_mul_mat(Backend& be, const OwnedWeight& w, const std::vector<float>& x, int64_t T) {
+  Tensor out = be.alloc_f32(w.w.ne[1], T);
+  be.mul_mat(w.w, upload(be, x, {w.w.ne[0], T, 1, 1}), out);
+  return be.read_f32(out);
+}
+
+// w·x [T tokens] from the default backend (got) and from cuda_exact (got_exact) against the
+// reference's: got_exact's on x, got's on the activations the default backend reads (rounded where
+// on_int8_activations), both within FP32 accumulation.
+void CudaVsRef::expect_products(const OwnedWeight& w, const std::vector<float>& x, int64_t T,
+                                const std::vector<float>& got, const std::vector<float>& got_exact,
+                                const std::string& what) {
+  const int64_t K = w.w.ne[0];
+  const bool int8 = on_int8_activations(w.w.type, T);
+  const auto want = widen(run_mul_mat(*ref, w, x, T));
+  report_close(got_exact, want, matmul_tolerance(K), what + " exact");
+  if (!int8) return report_close(got, want, matmul_tolerance(K), what);
+  report_close(got, widen(run_mul_mat(*ref, w, rounded_activations(w.w.type, x, K), T)), matmul_tolerance(K),
+               what + " int8");
+}
+
 TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
   int64_t K = 512, N = 67;
   std::vector<GgmlType> types{GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0, GgmlType::Q4_0,
@@ -74,17 +104,8 @@ TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
     auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 3, 0.2f));
     for (int64_t T : {1, 2, 3, 5, 8, 9, 70}) {
       auto x = random_values(K * T, 100 + T);
-      const bool int8 = T > 8 && on_int8_tile(type);
-      Tensor oc = cuda->alloc_f32(N, T), oe = cuda_exact->alloc_f32(N, T), orf = ref->alloc_f32(N, T),
-             orr = ref->alloc_f32(N, T);
-      cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
-      cuda_exact->mul_mat(w->w, upload(*cuda_exact, x, {K, T, 1, 1}), oe);
-      ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
-      const std::string what = std::string(type_name(type)) + " T=" + std::to_string(T);
-      report_close(cuda_exact->read_f32(oe), widen(ref->read_f32(orf)), matmul_tolerance(K), what + " exact");
-      if (int8) ref->mul_mat(w->w, upload(*ref, rounded_activations(type, x, K), {K, T, 1, 1}), orr);
-      report_close(cuda->read_f32(oc), widen(ref->read_f32(int8 ? orr : orf)), matmul_tolerance(K),
-                   what + (int8 ? " int8" : ""));
+      expect_products(*w, x, T, run_mul_mat(*cuda, *w, x, T), run_mul_mat(*cuda_exact, *w, x, T),
+                      std::string(type_name(type)) + " T=" + std::to_string(T));
     }
   }
 }
@@ -274,23 +295,22 @@ TEST_F(CudaVsRef, WideNormsAndHcRead) {
 }
 
 // The decode matvec (cuda_gemv.cuh) over long rows: every thread of the block takes several units.
+// Q8_0 and Q4_K rows on int8 activations (the default) and on FP32 ones (exact products).
 TEST_F(CudaVsRef, MulMatDecodeLongRows) {
   int64_t K = 2560, N = 37;
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K}) {
     auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 5, 0.2f));
     for (int64_t T : {1, 2, 3, 6}) {
       auto x = random_values(K * T, 200 + T);
-      Tensor oc = cuda->alloc_f32(N, T), orf = ref->alloc_f32(N, T);
-      cuda->mul_mat(w->w, upload(*cuda, x, {K, T, 1, 1}), oc);
-      ref->mul_mat(w->w, upload(*ref, x, {K, T, 1, 1}), orf);
-      report_close(cuda->read_f32(oc), widen(ref->read_f32(orf)), matmul_tolerance(K),
-                   "long rows " + std::string(type_name(type)) + " T=" + std::to_string(T));
+      expect_products(*w, x, T, run_mul_mat(*cuda, *w, x, T), run_mul_mat(*cuda_exact, *w, x, T),
+                      "long rows " + std::string(type_name(type)) + " T=" + std::to_string(T));
     }
   }
 }
 
 // Products sharing an input: one launch per type with a unit loader (at most 8 matrices), the
-// rest one by one, every output in its own place.
+// rest one by one, every output in its own place; the int8 products (decode and prefill) on x
+// quantized once per activation format, and with exact products on FP32 activations.
 TEST_F(CudaVsRef, MulMatSharedInput) {
   int64_t K = 512;
   std::vector<std::unique_ptr<OwnedWeight>> ws;
@@ -305,23 +325,18 @@ TEST_F(CudaVsRef, MulMatSharedInput) {
   for (auto& w : ws) wp.push_back(&w->w);
   for (int64_t T : {1, 3, 9}) {
     auto x = random_values(K * T, 400 + T);
-    Tensor xc = upload(*cuda, x, {K, T, 1, 1}), xr = upload(*ref, x, {K, T, 1, 1});
-    std::vector<Tensor> oc;
-    std::vector<Tensor*> op;
-    for (auto& w : ws) oc.push_back(cuda->alloc_f32(w->w.ne[1], T));
-    for (auto& o : oc) op.push_back(&o);
-    cuda->mul_mat_shared_input(wp, xc, op);
-    for (size_t i = 0; i < ws.size(); ++i) {
-      Tensor orf = ref->alloc_f32(ws[i]->w.ne[1], T);
-      const GgmlType type = ws[i]->w.type;
-      if (T > 8 && on_int8_tile(type))
-        ref->mul_mat(ws[i]->w, upload(*ref, rounded_activations(type, x, K), {K, T, 1, 1}), orf);
-      else
-        ref->mul_mat(ws[i]->w, xr, orf);
-      report_close(cuda->read_f32(oc[i]), widen(ref->read_f32(orf)), matmul_tolerance(K),
-                   "shared input " + std::to_string(i) + " " + std::string(type_name(ws[i]->w.type)) +
-                       " T=" + std::to_string(T));
+    std::vector<Tensor> out[2];  // cuda, cuda_exact
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = b == 0 ? *cuda : *cuda_exact;
+      std::vector<Tensor*> op;
+      for (auto& w : ws) out[b].push_back(be.alloc_f32(w->w.ne[1], T));
+      for (auto& o : out[b]) op.push_back(&o);
+      be.mul_mat_shared_input(wp, upload(be, x, {K, T, 1, 1}), op);
     }
+    for (size_t i = 0; i < ws.size(); ++i)
+      expect_products(*ws[i], x, T, cuda->read_f32(out[0][i]), cuda_exact->read_f32(out[1][i]),
+                      "shared input " + std::to_string(i) + " " + std::string(type_name(ws[i]->w.type)) +
+                          " T=" + std::to_string(T));
   }
 }
 

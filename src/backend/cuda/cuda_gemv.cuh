@@ -17,7 +17,8 @@
 // Q8_0 and Q4_K also have int8 units (Int8Unit), which read activations already quantized to the
 // format quant pairs with the type (Q8_0 or Q8_K codes and chunk scales, QuantizedX) and sum code
 // products with dp4a: four values an instruction, where FP32 activations take about three
-// instructions a value (byte to float, subtract, multiply-add).
+// instructions a value (byte to float, subtract, multiply-add). The decode products and the
+// routed experts' gate/up kernel read them unless the backend runs exact products.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -225,6 +226,7 @@ struct Int8Unit;
 template <>
 struct Int8Unit<GgmlType::Q8_0> : Unit<GgmlType::Q8_0> {
   using Activation = Int8Run;
+  static constexpr bool kBlock256 = I8<GgmlType::Q8_0>::kBlock256;  // Q8_0 activations
   __device__ static Sums sums(const Int8Run&) { return {}; }
   __device__ static float dot(const Raw& r, int64_t, const Int8Run& x, Sums) {
     const int s = __dp4a(static_cast<int>(r.codes.w), static_cast<int>(x.hi.y),
@@ -240,6 +242,7 @@ struct Int8Unit<GgmlType::Q8_0> : Unit<GgmlType::Q8_0> {
 template <>
 struct Int8Unit<GgmlType::Q4_K> : Unit<GgmlType::Q4_K> {
   using Activation = Int8Run;
+  static constexpr bool kBlock256 = I8<GgmlType::Q4_K>::kBlock256;  // Q8_K activations
   struct Sums {
     int lo, hi;  // Σ q over each run
   };
@@ -263,7 +266,9 @@ struct Int8Unit<GgmlType::Q4_K> : Unit<GgmlType::Q4_K> {
   }
 };
 
-// Calls fn(Int8Unit<type>{}) for a type with an int8 unit; false for any other type.
+// Calls fn(Int8Unit<type>{}) for a type with an int8 unit; false for any other type. On the host
+// or in device code, as dispatch_unit.
+#pragma nv_exec_check_disable
 template <typename Fn>
 __host__ __device__ __forceinline__ bool dispatch_int8_unit(GgmlType type, Fn&& fn) {
   switch (type) {
@@ -289,6 +294,8 @@ struct ActivationOf<U, std::void_t<typename U::Activation>> {
 struct FloatX {
   const float* x;
   int64_t ld;
+  // The source whose token 0 is this one's token t0.
+  __host__ __device__ FloatX from_token(int64_t t0) const { return {x + t0 * ld, ld}; }
   __device__ void load(int t, int64_t x0, int64_t x1, float (&out)[16]) const {
     const float4* a = reinterpret_cast<const float4*>(x + t * ld + x0);
     const float4* b = reinterpret_cast<const float4*>(x + t * ld + x1);
@@ -298,10 +305,14 @@ struct FloatX {
   }
 };
 
-// Quantized activations: token t's codes at q.codes + t·ld, chunk scales after t·ld/32.
+// Quantized activations as quantize_activations lays them out (ld = K, a multiple of 32): token
+// t's codes at q.codes + t·ld, and the scale of code i in chunk_scales[i/32] (a Q8_K block's d is
+// stored in each of its 8 chunks).
 struct Int8X {
   QuantizedX q;
   int64_t ld;
+  // The source whose token 0 is this one's token t0.
+  __host__ __device__ Int8X from_token(int64_t t0) const { return {{q.codes + t0 * ld, q.chunk_scales + t0 * ld / 32}, ld}; }
   __device__ void load(int t, int64_t x0, int64_t x1, Int8Run& out) const {
     const int8_t* c = q.codes + t * ld;
     out.lo = *reinterpret_cast<const uint2*>(c + x0);

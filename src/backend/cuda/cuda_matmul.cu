@@ -1,8 +1,10 @@
 // out [N, T] = W·x with W in any decodable weight type (cuda_quant.cuh), FP32 accumulation.
 // Few tokens (decode): types with a unit loader take the coalesced kernel of cuda_gemv.cuh (R rows
-// per block); the others a warp per output row, each lane decoding 32-value chunks. More tokens
-// (prefill): 64×64 tensor-core tiles, on int8 codes for the types of cuda_gemm_int8.cuh (their
-// activations quantized first, here) and on split-TF32 floats for the others (cuda_gemm.cuh).
+// per block), on int8 activations for the types with an int8 unit (x quantized first, here, as for
+// the int8 tile) and on FP32 activations for the others; types without a unit loader take a warp
+// per output row, each lane decoding 32-value chunks. More tokens (prefill): 64×64 tensor-core
+// tiles, on int8 codes for the types of cuda_gemm_int8.cuh and on split-TF32 floats for the
+// others (cuda_gemm.cuh). The backend with exact products reads FP32 activations throughout.
 #include <optional>
 #include <span>
 #include <vector>
@@ -74,10 +76,10 @@ struct GemvBatch {
   int n_segments;
 };
 
-// Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens; the rows are prefetched into L2
-// before the wait on the previous kernel.
-template <typename U, int R, int TB>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b, int64_t K, const float* __restrict__ x, int T) {
+// Rows n0 .. n0+R-1 of one segment's matrix times T <= TB tokens of x (FloatX, or Int8X for an
+// Int8Unit U); the rows are prefetched into L2 before the wait on the previous kernel.
+template <typename U, int R, int TB, typename X>
+__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b, int64_t K, const X x, int T) {
   int s = 0;
   while (s + 1 < b.n_segments && blockIdx.x >= b.first_block[s + 1]) ++s;
   const int64_t N = b.n_rows[s], n0 = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * R;
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = n0 + r < N ? b.data[s] + (n0 + r) * b.pitch[s] : nullptr;
   float acc[R][TB] = {};
-  gemv_accumulate<U, R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc);
+  gemv_accumulate<U, R, TB>(rows, K, x, T, threadIdx.x, blockDim.x, acc);
   float sums[R * TB];
   block_reduce_rows(acc, sums);
   if (threadIdx.x != 0) return;
@@ -100,8 +102,8 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(const GemvBatch b
 }
 
 // Tokens [t0, t0 + T) of every matrix in ms (one type, rows of K): one launch.
-template <typename U, int R, int TB>
-void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const float* x,
+template <typename U, int R, int TB, typename X>
+void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const X& x,
                  int64_t t0, int T, cudaStream_t stream) {
   GemvBatch b{};
   b.n_segments = static_cast<int>(ms.size());
@@ -112,12 +114,12 @@ void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const
     b.out[i] = outs[i] + t0 * ms[i]->n_rows;
     b.first_block[i + 1] = b.first_block[i] + blocks_for(ms[i]->n_rows, R);
   }
-  launch(stream, "gemv_kernel", gemv_kernel<U, R, TB>, b.first_block[ms.size()], balanced_threads(K / kUnit, kGemvMaxThreads), 0, b, K, x + t0 * K, T);
+  launch(stream, "gemv_kernel", gemv_kernel<U, R, TB, X>, b.first_block[ms.size()], balanced_threads(K / kUnit, kGemvMaxThreads), 0, b, K, x.from_token(t0), T);
 }
 
 // Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond.
-template <typename U>
-void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const float* x, int64_t T,
+template <typename U, typename X>
+void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, int64_t K, const X& x, int64_t T,
           cudaStream_t stream) {
   if (T == 1) return launch_gemv<U, 4, 1>(ms, outs, K, x, 0, 1, stream);
   if (T == 2) return launch_gemv<U, 2, 2>(ms, outs, K, x, 0, 2, stream);
@@ -245,6 +247,32 @@ void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedA
   });
 }
 
+// x [T][K] as the products that share it read it: FP32, or in an int8 format (Q8_0, Q8_K)
+// quantized on first use, once per format.
+struct SharedX {
+  CudaBackend& be;
+  const float* values;
+  int64_t T, K;
+  std::optional<QuantizedActivations> quantized[2] = {};  // Q8_0, Q8_K
+  const QuantizedActivations& in_format(bool block256) {
+    std::optional<QuantizedActivations>& q = quantized[block256 ? 1 : 0];
+    if (!q) q = quantize_activations(be, block256, values, T, K);
+    return *q;
+  }
+};
+
+// Decode products of matrices of one type with a unit loader (at most kMaxSegments): on int8
+// activations where the backend decodes the type on them, else on FP32 activations.
+void decode_products(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs, SharedX& x) {
+  const GgmlType type = ms[0]->type;
+  cudaStream_t stream = x.be.stream();
+  const bool int8 = x.be.int8_decode(type) && dispatch_int8_unit(type, [&](auto unit) {
+    using U = decltype(unit);
+    gemv<U>(ms, outs, x.K, Int8X{x.in_format(U::kBlock256).view(), x.K}, x.T, stream);
+  });
+  if (!int8) dispatch_unit(type, [&](auto unit) { gemv<decltype(unit)>(ms, outs, x.K, FloatX{x.values, x.K}, x.T, stream); });
+}
+
 }  // namespace
 
 QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K) {
@@ -272,7 +300,8 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
   if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
     const DeviceMatrix* ms[] = {&w};
     float* outs[] = {out};
-    dispatch_unit(w.type, [&](auto unit) { gemv<decltype(unit)>(ms, outs, w.K, x, T, stream_); });
+    SharedX shared{.be = *this, .values = x, .T = T, .K = w.K};
+    decode_products(ms, outs, shared);
     return;
   }
   if (T > kMatvecMaxTokens && int8_product(w.type)) {
@@ -304,6 +333,8 @@ void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const 
 
 void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
                                 std::span<float* const> outs) {
+  // The int8 products quantize x once per activation format (Q8_0, Q8_K) and share it.
+  SharedX shared{.be = *this, .values = x, .T = T, .K = K};
   // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
   std::vector<const DeviceMatrix*> batch;
   std::vector<float*> batch_out;
@@ -321,20 +352,17 @@ void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const f
         batch_out.push_back(outs[j]);
         done[j] = true;
       }
-      if (!batch.empty()) dispatch_unit(first.type, [&](auto unit) { gemv<decltype(unit)>(batch, batch_out, K, x, T, stream_); });
+      if (!batch.empty()) decode_products(batch, batch_out, shared);
     }
   }
-  // Prefill: the int8 products quantize x once per activation format (Q8_0, Q8_K) and share it.
+  // Prefill: the int8 tile's products.
   if (T > kMatvecMaxTokens) {
-    std::optional<QuantizedActivations> xq[2];
     for (size_t i = 0; i < ms.size(); ++i) {
       const DeviceMatrix& m = *ms[i];
       if (m.n_rows == 0 || !int8_product(m.type)) continue;
       dispatch_int8_type(m.type, [&](auto i8) {
         using I = decltype(i8);
-        std::optional<QuantizedActivations>& q = xq[I::kBlock256 ? 1 : 0];
-        if (!q) q = quantize_activations(*this, I::kBlock256, x, T, K);
-        launch_int8_matmul<I>(*this, m, *q, T, outs[i], stream_);
+        launch_int8_matmul<I>(*this, m, shared.in_format(I::kBlock256), T, outs[i], stream_);
       });
       done[i] = true;
     }

@@ -242,10 +242,9 @@ __global__ void __launch_bounds__(128, 8)
   const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
   const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
   const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
-    const Int8X xt{{xq.codes + t * K, xq.chunk_scales + t * K / 32}, K};
-    gemv_accumulate<decltype(unit), 2, 1>(rows, K, xt, 1, lane, 32, acc);
+    gemv_accumulate<decltype(unit), 2, 1>(rows, K, Int8X{xq, K}.from_token(t), 1, lane, 32, acc);
   });
-  if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x + t * K, K}, 1, lane, 32, acc); });
+  if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x, K}.from_token(t), 1, lane, 32, acc); });
   const float g = warp_sum(acc[0][0]), u = warp_sum(acc[1][0]);
   if (lane == 0) h[pair * F + n] = valid ? static_cast<float>(silu_d(g) * u) : 0.0f;
 }
