@@ -32,17 +32,6 @@ __device__ __forceinline__ void grid_dependency_wait() {
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
-// The current device's multiprocessor count (looked up once).
-inline int multiprocessor_count() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    return count;
-  }();
-  return n;
-}
-
 // BF16 bits to FP32, and FP32 to BF16 bits rounded to nearest, ties to even (as core/half.h).
 __device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 __device__ __forceinline__ uint16_t bf16_bits(float f) {
