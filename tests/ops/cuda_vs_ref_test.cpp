@@ -222,6 +222,38 @@ TEST_F(CudaVsRef, GdnCoreOneKernel) {
   }
 }
 
+// gdn_core's one-token output in Q8_0 for the product right after it (the output projection):
+// that product reads the codes gdn_core wrote, and must equal the reference's product on the
+// output rounded to Q8_0. A host write or an op between the two drops the codes, so the product
+// then reads the new values.
+TEST_F(CudaVsRef, GdnCoreQ8OutputForTheNextProduct) {
+  int64_t nk = 2, nv = 4, dk = 128, dv = 128, C = 2 * nk * dk + nv * dv, K = nv * dv, N = 70;
+  auto ssm_a = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 94, 2.0f));
+  auto dt = make_weight("dt_bias", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 95));
+  auto norm = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 96));
+  auto w = make_weight("out", GgmlType::Q8_0, {K, N, 1, 1}, random_values(K * N, 97, 0.2f));
+  Tensor st = upload(*cuda, random_values(dv * dk * nv, 98, 0.3f), {dv, dk, nv, 1});
+  const auto other = random_values(K, 99), another = random_values(K, 100);
+  for (const char* between : {"nothing", "a host write", "a copy"}) {
+    Tensor tq = upload(*cuda, random_values(C, 101), {C, 1, 1, 1}), ta = upload(*cuda, random_values(nv, 102), {nv, 1, 1, 1});
+    Tensor tb = upload(*cuda, random_values(nv, 103), {nv, 1, 1, 1}), tz = upload(*cuda, random_values(K, 104), {K, 1, 1, 1});
+    Tensor g = cuda->alloc_f32(nv, 1), beta = cuda->alloc_f32(nv, 1), core = cuda->alloc_f32(K, 1);
+    Tensor out = cuda->alloc_output(DType::F32, {K, 1, 1, 1}), y = cuda->alloc_f32(N, 1);
+    Tensor source = upload(*cuda, another, {K, 1, 1, 1});
+    cuda->gdn_core({.qkv = &tq, .alpha = &ta, .beta_raw = &tb, .ssm_a = &ssm_a->w, .dt_bias = &dt->w, .z = &tz,
+                    .norm = &norm->w, .eps = 1e-6f, .state = &st, .n_k_heads = nk, .n_v_heads = nv, .dk = dk,
+                    .dv = dv, .g = &g, .beta = &beta, .core = &core, .out = &out});
+    if (std::string(between) == "a host write") cuda->write(out, other.data(), other.size() * sizeof(float));
+    if (std::string(between) == "a copy") cuda->copy(source, 0, out, 0, K);
+    cuda->mul_mat(w->w, out, y);
+    const auto x = cuda->read_f32(out);
+    Tensor want = ref->alloc_f32(N, 1);
+    ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, x, K), {K, 1, 1, 1}), want);
+    report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(K),
+                 std::string("q8 output, then ") + between);
+  }
+}
+
 // Routing and routed experts on one backend: the ids, weights and output.
 struct MoeRun {
   std::vector<int32_t> ids;

@@ -21,6 +21,7 @@
 
 #include "backend/ops.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_profile.cuh"
 #include "backend/cuda/cuda_step_graph.cuh"
@@ -135,16 +136,23 @@ class CudaBackend final : public Backend {
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
+  // An op's output `out` in Q8_0 beside its FP32 values, for the decode products of the op right
+  // after it, which then read these codes instead of quantizing `out` themselves: the op that
+  // writes `out` asks for the buffers (null when products keep FP32 activations, or `out` does
+  // not fill 32-value chunks) and fills both. Any later op, host write or zero fill drops it.
+  QuantizeTarget q8_output(const Tensor& out);
+  // x's Q8_0 form from the op just before this one (the caller an op), or null.
+  const QuantizedActivations* q8_input(const Tensor& x) const;
   // Whether a product of T > kMatvecMaxTokens tokens with weights of `type` runs on int8 codes.
   bool int8_product(GgmlType type) const;
   // Whether a decode product with weights of `type` reads int8 activations (cuda_gemv.cuh Int8Unit).
   bool int8_decode(GgmlType type) const;
-  // out [N, T] = W·x for raw device pointers (x [K, T] contiguous).
-  void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out);
-  // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type,
-  // prefill's int8 products on x quantized once per activation format.
+  // out [N, T] = W·x for raw device pointers (x [K, T] contiguous); x_q8, when given, is x in Q8_0.
+  void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8 = nullptr);
+  // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type, the
+  // int8 products (decode and prefill) on x quantized once per activation format (Q8_0: x_q8 if given).
   void matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
-                     std::span<float* const> outs);
+                     std::span<float* const> outs, const QuantizedActivations* x_q8 = nullptr);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
   bool hc_read_decodes(const HcReadArgs& a);
   void hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
@@ -170,6 +178,13 @@ class CudaBackend final : public Backend {
   std::vector<CachedUpload> uploads_;  // cached_upload's, the most recently used first
   static constexpr int64_t kCounters = 4096;
   unsigned* counters_ = nullptr;
+  struct Q8Output {
+    const float* values = nullptr;  // the FP32 output it stands beside
+    int64_t n = 0;
+    uint64_t op = 0;  // profiler_.ops_begun() of the op that wrote it
+    QuantizedActivations q;
+  };
+  Q8Output q8_output_;  // q8_output's, until dropped
 
   // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
   // everything queued between two host waits (a decode step: the ops from one logits read to the

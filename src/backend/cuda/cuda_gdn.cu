@@ -57,13 +57,15 @@ __device__ __forceinline__ void gated_norm_group(const float* x, const float* z,
 // What gdn_core adds to the scan kernel (gdn_recurrent passes none of it): gates from their raw
 // inputs (alpha set; the first column block of each head stores them to g_out and beta_out), and
 // the gated output norm into `normed` (set), by the last of a head's column blocks to finish
-// (done[h] counts them and is set back to zero).
+// (done[h] counts them and is set back to zero), and, with normed_q8 set, its Q8_0 form (the
+// head's dv values, a multiple of 32, are whole chunks).
 struct GdnCoreExtras {
   const float *alpha = nullptr, *beta_raw = nullptr, *A = nullptr, *dt = nullptr;
   float *g_out = nullptr, *beta_out = nullptr;
   const float *z = nullptr, *norm_w = nullptr;
   float eps = 0;
   float* normed = nullptr;
+  QuantizeTarget normed_q8;
   unsigned* done = nullptr;
 };
 
@@ -198,6 +200,10 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   for (int64_t t = 0; t < T; ++t) {
     const int64_t o = t * nv * dv + h * dv;
     gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o);
+    if (!x.normed_q8.codes) continue;
+    __syncthreads();  // the head's normed values are stored
+    for (int64_t c = threadIdx.x / 32; c < dv / 32; c += blockDim.x / 32)
+      quantize_q8_0_value(x.normed[o + c * 32 + threadIdx.x % 32], o / 32 + c, x.normed_q8.codes, x.normed_q8.scales);
   }
   if (threadIdx.x == 0) x.done[h] = 0;
 }
@@ -520,7 +526,8 @@ void CudaBackend::gdn_core(const GdnCoreArgs& a) {
   check_gdn_scan(scan, "gdn_core");
   const GdnCoreExtras x{.alpha = a.alpha->f32(), .beta_raw = a.beta_raw->f32(), .A = values(*a.ssm_a),
                         .dt = values(*a.dt_bias), .g_out = a.g->f32(), .beta_out = a.beta->f32(), .z = a.z->f32(),
-                        .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(), .done = counters(a.n_v_heads)};
+                        .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(),
+                        .normed_q8 = a.dv % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{}, .done = counters(a.n_v_heads)};
   launch_scan(scan, stream_, x);
 }
 

@@ -27,11 +27,21 @@ struct QuantizedX {
   const float2* chunk_scales = nullptr;  // [rows][K / 32]
 };
 
+// Where a kernel writes the activations it quantizes (QuantizedX's layout).
+struct QuantizeTarget {
+  int8_t* codes = nullptr;
+  float2* scales = nullptr;
+};
+
 // Activations quantized for the int8 tile, in scratch buffers of the backend.
 struct QuantizedActivations {
   Tensor codes, scales;
   QuantizedX view() const {
     return {reinterpret_cast<const int8_t*>(codes.f32()), reinterpret_cast<const float2*>(scales.f32())};
+  }
+  QuantizeTarget target() {
+    return codes.empty() ? QuantizeTarget{}
+                         : QuantizeTarget{reinterpret_cast<int8_t*>(codes.f32()), reinterpret_cast<float2*>(scales.f32())};
   }
 };
 
@@ -39,18 +49,20 @@ class CudaBackend;
 // x [rows][K] quantized as Q8_K (block256) or Q8_0, on the backend's stream (cuda_matmul.cu).
 QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K);
 
-// Q8_0 activations: chunk c of x by one warp (a value a lane), rounded as quant::quantize_q8_0
+// Q8_0 activations: chunk c of x by one warp (a value a lane, v), rounded as quant::quantize_q8_0
 // rounds them: d = amax/127, codes round(x·(1/d)), d kept as fp16 (the value the codes multiply).
-__device__ __forceinline__ void quantize_q8_0_chunk(const float* __restrict__ x, int64_t c, int8_t* __restrict__ codes,
-                                                    float2* __restrict__ scales) {
+__device__ __forceinline__ void quantize_q8_0_value(float v, int64_t c, int8_t* __restrict__ codes, float2* __restrict__ scales) {
   const int lane = threadIdx.x % 32;
-  const float v = x[c * 32 + lane];
   const float d = warp_max(fabsf(v)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   const int q = static_cast<int>(roundf(v * id));
   codes[c * 32 + lane] = static_cast<int8_t>(q);
   const int sum = warp_sum(q);
   const float d16 = __half2float(__float2half_rn(d));
   if (lane == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
+}
+__device__ __forceinline__ void quantize_q8_0_chunk(const float* __restrict__ x, int64_t c, int8_t* __restrict__ codes,
+                                                    float2* __restrict__ scales) {
+  quantize_q8_0_value(x[c * 32 + threadIdx.x % 32], c, codes, scales);
 }
 
 // Q8_K activations: 256-value block b of x by one warp (8 values a lane), rounded as

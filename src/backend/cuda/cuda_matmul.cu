@@ -248,12 +248,16 @@ void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedA
 }
 
 // x [T][K] as the products that share it read it: FP32, or in an int8 format (Q8_0, Q8_K)
-// quantized on first use, once per format.
+// quantized on first use, once per format (Q8_0 given when x's producer wrote it).
 struct SharedX {
   CudaBackend& be;
   const float* values;
   int64_t T, K;
   std::optional<QuantizedActivations> quantized[2] = {};  // Q8_0, Q8_K
+  SharedX(CudaBackend& be, const float* values, int64_t T, int64_t K, const QuantizedActivations* q8_0)
+      : be(be), values(values), T(T), K(K) {
+    if (q8_0) quantized[0] = *q8_0;
+  }
   const QuantizedActivations& in_format(bool block256) {
     std::optional<QuantizedActivations>& q = quantized[block256 ? 1 : 0];
     if (!q) q = quantize_activations(be, block256, values, T, K);
@@ -289,18 +293,33 @@ QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const 
   return q;
 }
 
+QuantizeTarget CudaBackend::q8_output(const Tensor& out) {
+  q8_output_ = {};
+  const int64_t n = out.n_elements();
+  if (!int8_products_ || n % 32 != 0) return {};
+  q8_output_ = {.values = out.f32(), .n = n, .op = profiler_.ops_begun(),
+                .q = {scratch_bytes(static_cast<size_t>(n)), scratch_f32(n / 32 * 2)}};
+  return q8_output_.q.target();
+}
+
+const QuantizedActivations* CudaBackend::q8_input(const Tensor& x) const {
+  const Q8Output& o = q8_output_;
+  const bool current = o.values && o.values == x.f32() && o.n == x.n_elements() && o.op + 1 == profiler_.ops_begun();
+  return current ? &o.q : nullptr;
+}
+
 bool CudaBackend::int8_product(GgmlType type) const { return int8_products_ && has_int8_decoder(type); }
 
 bool CudaBackend::int8_decode(GgmlType type) const {
   return int8_products_ && dispatch_int8_unit(type, [](auto) {});
 }
 
-void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out) {
+void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8) {
   if (T == 0 || w.n_rows == 0) return;
   if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
     const DeviceMatrix* ms[] = {&w};
     float* outs[] = {out};
-    SharedX shared{.be = *this, .values = x, .T = T, .K = w.K};
+    SharedX shared(*this, x, T, w.K, x_q8);
     decode_products(ms, outs, shared);
     return;
   }
@@ -318,7 +337,7 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
 void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
   OpScope scope(profiler_, "mul_mat", x.ne(1), stream_, w.ne[1]);
   check_mul_mat(w, x, out);
-  matmul(matrix(w), x.f32(), x.ne(1), out.f32());
+  matmul(matrix(w), x.f32(), x.ne(1), out.f32(), q8_input(x));
 }
 
 void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
@@ -328,13 +347,13 @@ void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const 
   std::vector<const DeviceMatrix*> ms;
   std::vector<float*> out_ptrs;
   for (size_t i = 0; i < ws.size(); ++i) ms.push_back(&matrix(*ws[i])), out_ptrs.push_back(outs[i]->f32());
-  matmul_shared(ms, x.f32(), x.ne(0), x.ne(1), out_ptrs);
+  matmul_shared(ms, x.f32(), x.ne(0), x.ne(1), out_ptrs, q8_input(x));
 }
 
 void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
-                                std::span<float* const> outs) {
+                                std::span<float* const> outs, const QuantizedActivations* x_q8) {
   // The int8 products quantize x once per activation format (Q8_0, Q8_K) and share it.
-  SharedX shared{.be = *this, .values = x, .T = T, .K = K};
+  SharedX shared(*this, x, T, K, x_q8);
   // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
   std::vector<const DeviceMatrix*> batch;
   std::vector<float*> batch_out;

@@ -159,7 +159,10 @@ Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero)
   if (n < 0 || ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
   size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_bytes(dtype), rounded = 0;
   void* p = pool_->get(bytes, rounded);
-  if (zero) memset_async(p, bytes, stream_);
+  if (zero) {
+    memset_async(p, bytes, stream_);
+    q8_output_ = {};  // the buffer may be an earlier output's
+  }
   std::shared_ptr<DevicePool> pool = pool_;
   return Tensor(dtype, ne, std::shared_ptr<void>(p, [pool, rounded](void* q) { pool->put(q, rounded); }));
 }
@@ -202,6 +205,7 @@ const void* CudaBackend::cached_upload_bytes(const void* src, size_t bytes) {
 
 void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
   if (bytes > dst.n_bytes()) fail("write: ", bytes, " bytes into ", dst.shape_string());
+  q8_output_ = {};
   upload_bytes(dst.data(), src, bytes);
 }
 

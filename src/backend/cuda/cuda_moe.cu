@@ -41,11 +41,6 @@ struct SlotMatrices {
 struct ExpertX8 {
   QuantizedX q8_0, q8_k;
 };
-// Where the router kernel writes them.
-struct QuantizeTarget {
-  int8_t* codes = nullptr;
-  float2* scales = nullptr;
-};
 
 // One warp routes one token: top k by logit (softmax is monotone), equal logits to the lower id;
 // softmax sums in FP64. The warp holds the E <= 32·kPerLane logits in registers (lane l has
@@ -455,9 +450,6 @@ struct ExpertX8Buffers {
   ExpertX8 view() const {
     return {q8_0.codes.empty() ? QuantizedX{} : q8_0.view(), q8_k.codes.empty() ? QuantizedX{} : q8_k.view()};
   }
-  static QuantizeTarget target(QuantizedActivations& q) {
-    return q.codes.empty() ? QuantizeTarget{} : QuantizeTarget{reinterpret_cast<int8_t*>(q.codes.f32()), reinterpret_cast<float2*>(q.scales.f32())};
-  }
 };
 ExpertX8Buffers expert_x8(CudaBackend& be, std::initializer_list<GgmlType> types, const float* x, int64_t T, int64_t K,
                           bool fill) {
@@ -571,7 +563,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
     with_logits_per_lane(E, [&](auto per_lane) {
       constexpr int kPerLane = decltype(per_lane)::value;
       auto* kernel = T == 1 ? moe_router_kernel<1, 1, kPerLane> : moe_router_kernel<1, kMatvecMaxTokens, kPerLane>;
-      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), ExpertX8Buffers::target(x8.q8_0), ExpertX8Buffers::target(x8.q8_k));
+      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), x8.q8_0.target(), x8.q8_k.target());
     });
   } else {
     const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};

@@ -38,6 +38,10 @@ class OpProfiler {
   }
   // After the stream has drained: adds every finished span to the totals.
   void collect();
+  // Ops begun so far (OpScope counts every op, profile on or off): the backend tells by it whether
+  // any op ran between two others.
+  uint64_t ops_begun() const { return ops_begun_; }
+  void count_op() { ++ops_begun_; }
 
  private:
   struct Span {
@@ -59,12 +63,14 @@ class OpProfiler {
   size_t op_span_ = 0;      // the open op's span in open_
   std::vector<cudaEvent_t> spare_;
   std::map<std::string, Total> totals_[2][2];  // [kernel?][decode?]
+  uint64_t ops_begun_ = 0;
 };
 
-// Brackets one op: `OpScope scope(profiler_, "mul_mat", T, stream_);` at the top of the op.
+// Brackets one op: `OpScope scope(profiler_, "mul_mat", T, stream_);` at the top of every op.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* name, int64_t T, cudaStream_t stream, int64_t tag = 0) : p_(p), stream_(stream) {
+    p_.count_op();
     if (p_.enabled()) p_.begin(name, T, tag, stream_);
   }
   ~OpScope() {
