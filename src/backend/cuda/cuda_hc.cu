@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // sums of squares and lo = silu(Σ_s rinv_s·part_s / S) (shared memory) from hc_down_inject_kernel's
 // per-stream dots; block 0 also writes the inject weights 2·sigmoid(Σ_s rinv_s·part_s / S). The
 // up rows are prefetched into L2 before the wait on the previous kernel. With y set, R is first
-// written (R += write_w[s]·y), a warp storing its position of each stream.
+// written (R += write_w[s]·y), a warp storing its position of each stream. Lane s forms stream s's
+// term (its loads go out with the up rows'), and lane 0 adds the four in stream order.
 template <typename U>
 __global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps,
@@ -166,20 +167,34 @@ __global__ void __launch_bounds__(32 * kUpWarps) hc_up_mix_kernel(
     inject_w[threadIdx.x] = static_cast<float>(2.0 * sigmoid_d(mixed_row(r + threadIdx.x)));
   __syncthreads();
   if (d >= H) return;
+  // Lane s < S forms stream s's term; its R, gamma and y load beside the rows.
+  const int64_t i = (lane % S) * H + d;
+  float Ri = 0.0f, g = 0.0f;
+  if (lane < S) {
+    Ri = R[i], g = gamma[i];
+    if (y) Ri = written(Ri, write_w[lane], y[d]);
+  }
   float acc[S][1] = {};
   gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
-  float m[S];
+  float m = 0.0f;  // lane s: up row s's product
 #pragma unroll
-  for (int s = 0; s < S; ++s) m[s] = warp_sum(acc[s][0]);
+  for (int s = 0; s < S; ++s) {
+    const float v = warp_sum(acc[s][0]);
+    if (lane == s) m = v;
+  }
+  double rinv_lane = rinv[0];
+#pragma unroll
+  for (int s = 1; s < S; ++s)
+    if (lane == s) rinv_lane = rinv[s];
+  const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv_lane * g) : 0.0;
+  if (lane < S && y) R[i] = Ri;
+  double terms[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) terms[s] = __shfl_sync(0xffffffffu, term, s);
   if (lane != 0) return;
   double mix = 0;
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
-    const int64_t i = s * H + d;
-    float Ri = R[i];
-    if (y) R[i] = Ri = written(Ri, write_w[s], y[d]);
-    mix += sigmoid_d(m[s]) * (static_cast<double>(Ri) * rinv[s] * gamma[i]);
-  }
+  for (int s = 0; s < S; ++s) mix += terms[s];
   x[d] = static_cast<float>(mix / S);
 }
 
