@@ -30,6 +30,16 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// Asks L2 for the bytes [p, p + bytes) without waiting for them: one prefetch per 128-byte line,
+// spread over threads first, first + stride, .... Weights do not depend on the previous kernel, so
+// a kernel may prefetch its rows before grid_dependency_wait() and fetch them while its predecessor
+// finishes; after it, a prefetch puts all of a group's rows in flight at once.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int first = threadIdx.x,
+                                            int stride = blockDim.x) {
+  const uint64_t begin = reinterpret_cast<uint64_t>(p) / 128, end = (reinterpret_cast<uint64_t>(p) + bytes + 127) / 128;
+  for (uint64_t line = begin + first; line < end; line += stride) asm volatile("prefetch.L2 [%0];" ::"l"(line * 128));
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // BF16 bits to FP32, and FP32 to BF16 bits rounded to nearest, ties to even (as core/half.h).

@@ -99,7 +99,6 @@ template <int kRows, typename State>
 __global__ void __launch_bounds__(kStepWarps * 32)
     gdn_scan_kernel(const float* qkv, const float* g, const float* beta, State* state, float* out, int64_t T,
                     int64_t nk, int64_t nv, int64_t dk, int64_t dv, GdnCoreExtras x) {
-  grid_dependency_wait();
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
   __shared__ double part[kStepWarps][32];
   __shared__ double norm_scale[2];
@@ -108,6 +107,11 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   const bool active = j < dv;
   const int64_t C = 2 * nk * dk + nv * dv;
   State* Sh = state + h * dk * dv;  // [dk][dv]
+  // The previous kernel does not write the state: its rows go to L2 while that kernel ends (lane r
+  // asks for row warp + r·kStepWarps, the block's 32 columns of it).
+  if (const int64_t i = warp + lane * kStepWarps; lane < kRows && i < dk)
+    prefetch_l2(Sh + i * dv + static_cast<int64_t>(blockIdx.y) * 32, min(static_cast<int64_t>(32), dv - 32 * static_cast<int64_t>(blockIdx.y)) * sizeof(State), 0, 1);
+  grid_dependency_wait();
   double S[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {

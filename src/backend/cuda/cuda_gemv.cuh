@@ -34,16 +34,6 @@ namespace regolith::cuda {
 
 constexpr int kUnit = 16;
 
-// Asks L2 for the bytes [p, p + bytes) without waiting for them: one prefetch per 128-byte line,
-// spread over threads first, first + stride, .... Weights do not depend on the previous kernel, so
-// a kernel may prefetch its rows before grid_dependency_wait() and fetch them while its predecessor
-// finishes; after it, a prefetch puts all of a group's rows in flight at once.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int first = threadIdx.x,
-                                            int stride = blockDim.x) {
-  const uint64_t begin = reinterpret_cast<uint64_t>(p) / 128, end = (reinterpret_cast<uint64_t>(p) + bytes + 127) / 128;
-  for (uint64_t line = begin + first; line < end; line += stride) asm volatile("prefetch.L2 [%0];" ::"l"(line * 128));
-}
-
 // Byte b (0..3) of w as a float: 2^23 + byte, less `bias` (exact for bias = 2^23 + a small integer).
 __device__ __forceinline__ float byte_as_float(uint32_t w, int b, float bias = 8388608.0f) {
   return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + b)) - bias;
