@@ -280,7 +280,8 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
 // (chunks z, z + Z, ...; at most kAttendChunk long, shorter when the selection is short, so that
 // a short decode still spreads over blocks), scoring every query head of the group against each K row it reads once
 // (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
-// with a thread per dimension, so that each V element is read once for all the group's heads. A
+// with a thread per dimension, so that each V element is read once for all the group's heads (the
+// rows of kValueBatch positions loaded together: one at a time, each waited a memory trip). A
 // combine pass merges the splits' partials. Splits fill the GPU: decode takes up to a split per
 // chunk (work spread over many blocks however long the context), more tokens fewer. Prefills of
 // kMmaMinTokens tokens or more take qsa_attend_mma_kernel instead.
@@ -289,6 +290,7 @@ constexpr int kAttendMaxGroup = 16;  // query heads per kv head
 constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
 constexpr int64_t kAttendTargetBlocks = 2048;
 constexpr int64_t kAttendMinBlocks = 64;  // below, chunks get shorter
+constexpr int kValueBatch = 8;            // V rows a thread loads before adding any
 
 // Partials of split z for query heads h of group g: m (max score), l (Σ exp(score − m)) and
 // o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h.
@@ -308,6 +310,7 @@ __global__ void __launch_bounds__(kAttendThreads)
   const int64_t base = ((t * nkv + g) * n_splits + z) * G;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const int64_t i = threadIdx.x;  // this thread's dimension of the output
+  __shared__ int rows[kAttendChunk];  // the chunk's cache rows, −1 where a selection is invalid
   for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) qs[k] = q[(t * nh + g * G) * hd + k];
   for (int64_t h = threadIdx.x; h < G; h += blockDim.x) run_m[h] = -INFINITY, run_l[h] = 0.0f;
   float o[kAttendMaxGroup] = {};
@@ -319,8 +322,10 @@ __global__ void __launch_bounds__(kAttendThreads)
     for (int64_t j = warp; j < n; j += n_warps) {
       float acc[kAttendMaxGroup] = {};
       const bool valid = s[j] >= 0 && s[j] < cap;
+      if (lane == 0) rows[j] = valid ? s[j] : -1;
       if (valid) {
         const float* kr = kc + (static_cast<int64_t>(s[j]) * nkv + g) * hd;
+#pragma unroll 8
         for (int64_t d = lane; d < hd; d += 32) {
           const float k = kr[d];
 #pragma unroll
@@ -363,13 +368,21 @@ __global__ void __launch_bounds__(kAttendThreads)
 #pragma unroll
       for (int h = 0; h < kAttendMaxGroup; ++h)
         if (h < G) o[h] *= rescale[h];
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t row = s[j];
-        if (row < 0 || row >= cap) continue;
-        const float v = vc[(row * nkv + g) * hd + i];
+      // kValueBatch rows' loads go out together; their products are added in position order.
+      for (int64_t j0 = 0; j0 < n; j0 += kValueBatch) {
+        float v[kValueBatch];
 #pragma unroll
-        for (int h = 0; h < kAttendMaxGroup; ++h)
-          if (h < G) o[h] = fmaf(p[h * kAttendChunk + j], v, o[h]);
+        for (int u = 0; u < kValueBatch; ++u) {
+          const int row = j0 + u < n ? rows[j0 + u] : -1;
+          v[u] = row >= 0 ? vc[(static_cast<int64_t>(row) * nkv + g) * hd + i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kValueBatch; ++u) {
+          if (j0 + u >= n || rows[j0 + u] < 0) continue;
+#pragma unroll
+          for (int h = 0; h < kAttendMaxGroup; ++h)
+            if (h < G) o[h] = fmaf(p[h * kAttendChunk + j0 + u], v[u], o[h]);
+        }
       }
     }
     __syncthreads();  // p and rescale are rewritten by the next chunk
