@@ -141,7 +141,7 @@ class CudaBackend final : public Backend {
   // writes `out` asks for the buffers (null when products keep FP32 activations, or `out` does
   // not fill 32-value chunks) and fills both. Any later op, host write or zero fill drops it.
   QuantizeTarget q8_output(const Tensor& out);
-  // x's Q8_0 form from the op just before this one (the caller an op), or null.
+  // x's Q8_0 form when the op just before the calling op wrote it beside x, else null.
   const QuantizedActivations* q8_input(const Tensor& x) const;
   // Whether a product of T > kMatvecMaxTokens tokens with weights of `type` runs on int8 codes.
   bool int8_product(GgmlType type) const;
