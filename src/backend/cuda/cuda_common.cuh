@@ -103,10 +103,14 @@ __device__ T block_sum(T v) {
 }
 
 // 1/sqrt(mean(x²) + eps) over x[0 .. n), by the whole block (FP64 partial sums a thread, then
-// block_sum): the RMSNorm scale of rms_norm_kernel and of the fused ops that norm as it does.
+// block_sum): the RMSNorm scale of rms_norm_kernel and of the fused ops that norm as it does. x is
+// read through L2, so a caller may norm values that other blocks of its kernel wrote.
 __device__ __forceinline__ double block_inv_rms(const float* x, int64_t n, float eps) {
   double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = __ldcg(x + i);
+    ss += v * v;
+  }
   ss = block_sum(ss);
   return 1.0 / sqrt(ss / n + static_cast<double>(eps));
 }

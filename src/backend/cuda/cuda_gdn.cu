@@ -41,13 +41,7 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
 // through L2: the fused scan reads values other blocks wrote).
 __device__ __forceinline__ void gated_norm_group(const float* x, const float* z, const float* w, int64_t dv, float eps,
                                                  float* out) {
-  double ss = 0;
-  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
-    const double v = __ldcg(x + j);
-    ss += v * v;
-  }
-  ss = block_sum(ss);
-  double r = 1.0 / sqrt(ss / dv + static_cast<double>(eps));
+  const double r = block_inv_rms(x, dv, eps);
   for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
     float n = static_cast<float>(__ldcg(x + j) * r);
     out[j] = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[j]));

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
+#include "quant/dot.h"
 
 namespace regolith::cuda {
 
@@ -456,7 +457,7 @@ ExpertX8Buffers expert_x8(CudaBackend& be, std::initializer_list<GgmlType> types
   ExpertX8Buffers b;
   for (GgmlType type : types) {
     if (!be.int8_decode(type)) continue;
-    const bool block256 = type == GgmlType::Q4_K;
+    const bool block256 = quant::activation_type(type) == GgmlType::Q8_K;
     QuantizedActivations& q = block256 ? b.q8_k : b.q8_0;
     if (!q.codes.empty()) continue;
     q = fill ? quantize_activations(be, block256, x, T, K)
