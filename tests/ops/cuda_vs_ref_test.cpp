@@ -288,14 +288,16 @@ TEST_F(CudaVsRef, MoeManyTokensKQuants) {
 }
 
 // Routing holds each warp's logits in registers, 2, 16 or 64 per lane by the number of experts:
-// every size, with ties at the top (lower id first) between and within lanes.
+// every size, with ties at the top (lower id first) between and within lanes, and -0 tying +0.
 TEST_F(CudaVsRef, MoeRouteEveryRegisterSize) {
-  const int64_t k = 10, T = 3;
+  const int64_t k = 10, T = 4;
   for (int64_t E : {48, 300, 600}) {
     auto logits = random_values(E * T, 95 + E, 2.0f);
     logits[37] = logits[E - 1] = logits[5] = 9.0f;        // token 0: three-way tie at the top
     logits[E + 40] = logits[E + 8] = 7.5f;                // token 1: lanes 8 of two rounds
     for (int64_t e = 0; e < E; e += 3) logits[2 * E + e] = 1.0f;  // token 2: many equal logits
+    for (int64_t e = 0; e < E; ++e) logits[3 * E + e] = -1.0f - 0.001f * static_cast<float>(e);
+    logits[3 * E + 20] = logits[3 * E + 33] = 0.0f, logits[3 * E + 3] = -0.0f;  // token 3: 3, 20, 33 first
     Tensor ci = cuda->alloc(DType::I32, {k, T, 1, 1}), cw = cuda->alloc_f32(k, T);
     Tensor ri = ref->alloc(DType::I32, {k, T, 1, 1}), rw = ref->alloc_f32(k, T);
     cuda->moe_route(upload(*cuda, logits, {E, T, 1, 1}), k, ci, cw);
