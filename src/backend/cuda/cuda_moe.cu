@@ -43,9 +43,10 @@ struct ExpertX8 {
   QuantizedX q8_0, q8_k;
 };
 
-// FP32 bits as an unsigned key in the floats' order (negatives reversed below the positives).
+// FP32 bits as an unsigned key in the floats' order (negatives reversed below the positives; -0
+// keyed as +0, which it equals).
 __device__ __forceinline__ unsigned order_key(float f) {
-  const unsigned u = __float_as_uint(f);
+  const unsigned u = __float_as_uint(f == 0.0f ? 0.0f : f);
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 __device__ __forceinline__ float from_order_key(unsigned key) {
@@ -81,10 +82,10 @@ __device__ void route_token(Load load, int64_t E, int64_t k, int32_t* ids, float
       const bool open = lane + 32 * i < E && !(taken >> i & 1u);
       if (open && (best_e < 0 || v[i] > best_l)) best_l = v[i], best_e = lane + 32 * i;
     }
-    // Two warp reductions: the largest logit's key, then the lowest expert holding it (-0 counts as
-    // +0, as a comparison would). They replaced five rounds of two shuffles and a select: routing
-    // at decode 12.0 -> 9.9 µs a call in the profile, decode 193.8 -> 197.5 tok/s on an H200.
-    const unsigned key = best_e < 0 ? 0u : order_key(best_l == 0.0f ? 0.0f : best_l);
+    // Two warp reductions: the largest logit's key, then the lowest expert holding it. They
+    // replaced five rounds of two shuffles and a select: routing at decode 12.0 -> 9.9 µs a call in
+    // the profile, decode 193.8 -> 197.5 tok/s on an H200.
+    const unsigned key = best_e < 0 ? 0u : order_key(best_l);
     const unsigned top = __reduce_max_sync(0xffffffffu, key);
     const unsigned pick = __reduce_min_sync(0xffffffffu, best_e >= 0 && key == top ? static_cast<unsigned>(best_e) : ~0u);
     best_e = pick == ~0u ? -1 : static_cast<int>(pick);
