@@ -537,6 +537,31 @@ TEST_F(CudaVsRef, HcWriteReadDecodePath) {
   report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject");
 }
 
+// hc_read's one-token output in Q8_0 for the product right after it (the GDN and QSA input
+// projections): that product reads the codes the up/mix kernel wrote beside x, and must equal the
+// reference's product on x rounded to Q8_0. A host write between the two drops the codes, so the
+// product then reads the new values.
+TEST_F(CudaVsRef, HcReadQ8OutputForTheNextProduct) {
+  int64_t S = 4, H = 640, W = S * H, r = 64, N = 70;
+  auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 190));
+  auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 191, 0.05f));
+  auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 192, 0.5f));
+  auto w = make_weight("proj", GgmlType::Q8_0, {H, N, 1, 1}, random_values(H * N, 193, 0.2f));
+  const auto other = random_values(H, 194);
+  for (const char* between : {"nothing", "a host write"}) {
+    Tensor tR = upload(*cuda, random_values(W, 195, 2.0f), {W, 1, 1, 1});
+    Tensor x = cuda->alloc_output(DType::F32, {H, 1, 1, 1}), y = cuda->alloc_f32(N, 1);
+    cuda->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .n_streams = S, .eps = 1e-6f, .x = &x});
+    if (std::string(between) == "a host write") cuda->write(x, other.data(), other.size() * sizeof(float));
+    cuda->mul_mat(w->w, x, y);
+    const auto xs = cuda->read_f32(x);
+    Tensor want = ref->alloc_f32(N, 1);
+    ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, xs, H), {H, 1, 1, 1}), want);
+    report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(H),
+                 std::string("hc_read q8 output, then ") + between);
+  }
+}
+
 // qsa_prepare in one kernel against the reference's split, norms, rotations and cache copies:
 // every output and the three caches (rows before n0 untouched), one token and several.
 TEST_F(CudaVsRef, QsaPrepareOneKernel) {
