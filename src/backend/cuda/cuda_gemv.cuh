@@ -351,9 +351,32 @@ __device__ __forceinline__ bool rows_to_fetch(const uint8_t* const (&rows)[R], c
   return present != nullptr;
 }
 
-// acc[r][t] += this thread's share of rows[r]·x_t (token t < T <= TB of the activation source x,
-// FloatX or, for int8 units, Int8X): units u = first, first + stride, ... of K/16. A unit's R rows
-// are all fetched before the first is decoded. Absent (null) rows' acc hold meaningless sums.
+// acc[r][t] += unit u of R rows (already fetched: raw[r]) times x_t, for tokens t < T <= TB of the
+// activation source x (FloatX or, for int8 units, Int8X).
+template <typename U, int R, int TB, typename X>
+__device__ __forceinline__ void accumulate_unit(const typename U::Raw (&raw)[R], int64_t u, const X& x, int T,
+                                                float (&acc)[R][TB]) {
+  int64_t x0, x1;
+  U::runs(u, x0, x1);
+  typename ActivationOf<U>::type xs[TB];
+  typename U::Sums sums[TB];
+#pragma unroll
+  for (int t = 0; t < TB; ++t) {
+    if (t < T) {
+      x.load(t, x0, x1, xs[t]);
+      sums[t] = U::sums(xs[t]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < TB; ++t)
+      if (t < T) acc[r][t] += U::dot(raw[r], u, xs[t], sums[t]);
+}
+
+// acc[r][t] += this thread's share of rows[r]·x_t (as accumulate_unit): units u = first, first +
+// stride, ... of K/16. A unit's R rows are all fetched before the first is decoded. Absent (null)
+// rows' acc hold meaningless sums.
 template <typename U, int R, int TB, typename X>
 __device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R], int64_t K, const X& x, int T,
                                                 int64_t first, int64_t stride, float (&acc)[R][TB]) {
@@ -365,22 +388,7 @@ __device__ __forceinline__ void gemv_accumulate(const uint8_t* const (&rows)[R],
     typename U::Raw raw[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) raw[r] = U::fetch(src[r], u, K);
-    int64_t x0, x1;
-    U::runs(u, x0, x1);
-    typename ActivationOf<U>::type xs[TB];
-    typename U::Sums sums[TB];
-#pragma unroll
-    for (int t = 0; t < TB; ++t) {
-      if (t < T) {
-        x.load(t, x0, x1, xs[t]);
-        sums[t] = U::sums(xs[t]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < TB; ++t)
-        if (t < T) acc[r][t] += U::dot(raw[r], u, xs[t], sums[t]);
+    accumulate_unit<U, R, TB>(raw, u, x, T, acc);
   }
 }
 

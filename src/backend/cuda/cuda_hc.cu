@@ -186,15 +186,7 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   }
   float acc[S][1] = {};
   if (kUnitInRegisters) {
-    if (lane < n_units) {
-      int64_t x0, x1;
-      U::runs(lane, x0, x1);
-      float xs[16];
-      FloatX{lo, r}.load(0, x0, x1, xs);
-      const typename U::Sums sums = U::sums(xs);
-#pragma unroll
-      for (int s = 0; s < S; ++s) acc[s][0] += U::dot(raw[s], lane, xs, sums);
-    }
+    if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo, r}, 1, acc);
   } else {
     gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
   }
@@ -216,11 +208,12 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   double mix = 0;
 #pragma unroll
   for (int s = 0; s < S; ++s) mix += terms[s];
-  if (lane == 0) x[d] = static_cast<float>(mix / S);
+  const float xd = static_cast<float>(mix / S);
+  if (lane == 0) x[d] = xd;
   if (kWarps != 32 || !x8.codes) return;
   // The block's 32 positions are Q8_0 chunk blockIdx.x of x.
   __shared__ float chunk[32];
-  if (lane == 0) chunk[threadIdx.x / 32] = static_cast<float>(mix / S);
+  if (lane == 0) chunk[threadIdx.x / 32] = xd;
   __syncthreads();
   if (threadIdx.x < 32) quantize_q8_0_value(chunk[lane], blockIdx.x, x8.codes, x8.scales);
 }
