@@ -416,6 +416,30 @@ TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
   }
 }
 
+// qsa_attend's one-token output in Q8_0 for the product right after it (the output projection):
+// that product reads the codes the combine kernel wrote, and must equal the reference's product on
+// the output rounded to Q8_0.
+TEST_F(CudaVsRef, QsaAttendQ8OutputForTheNextProduct) {
+  const int64_t hd = 256, nh = 4, nkv = 2, cap = 400, max_sel = 300, K = hd * nh, N = 70;
+  auto q = random_values(hd * nh, 520), gate = random_values(hd * nh, 521);
+  auto kc = random_values(hd * nkv * cap, 522), vc = random_values(hd * nkv * cap, 523);
+  std::vector<int32_t> sel(max_sel), n_sel{static_cast<int32_t>(max_sel)};
+  for (int64_t j = 0; j < max_sel; ++j) sel[j] = static_cast<int32_t>((j * 7) % cap);
+  auto w = make_weight("out", GgmlType::Q8_0, {K, N, 1, 1}, random_values(K * N, 524, 0.2f));
+  Tensor tq = upload(*cuda, q, {hd, nh, 1, 1}), tg = upload(*cuda, gate, {hd, nh, 1, 1});
+  Tensor tk = upload(*cuda, kc, {hd, nkv, cap, 1}), tv = upload(*cuda, vc, {hd, nkv, cap, 1});
+  Tensor ts = cuda->alloc(DType::I32, {max_sel, 1, 1, 1}), tn = cuda->alloc(DType::I32, {1, 1, 1, 1});
+  cuda->write(ts, sel.data(), sel.size() * 4);
+  cuda->write(tn, n_sel.data(), n_sel.size() * 4);
+  Tensor o = cuda->alloc_output(DType::F32, {K, 1, 1, 1}), y = cuda->alloc_f32(N, 1);
+  cuda->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn, .scale = 0.0625f,
+                    .out = &o});
+  cuda->mul_mat(w->w, o, y);
+  Tensor want = ref->alloc_f32(N, 1);
+  ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, cuda->read_f32(o), K), {K, 1, 1, 1}), want);
+  report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(K), "qsa_attend q8 output, then the product");
+}
+
 // The decode kernels (cuda_gemv.cuh): fused gate+up+SwiGLU and down+sum for 1..8 tokens, with
 // gate/up sharing a type, rows of 640 (whole units, not whole 256-blocks) for down. On FP32
 // activations (exact products) against the reference; with Q4_K and Q8_0 gate/up rows on int8

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace regolith::cuda {
@@ -580,28 +581,36 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 }
 
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
-// per (token, query head).
+// per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
+// chunks spread over the threads (at depth 32K a head has up to 128 chunks, which every thread
+// used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c. With
+// x8 set and a thread per value of a head (hd a multiple of 32), each warp also writes its 32
+// values' Q8_0 chunk for the output projection.
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
                                           const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
-                                          float* out) {
+                                          float* out, QuantizeTarget x8) {
+  extern __shared__ float w[];  // [n_chunks]
   grid_dependency_wait();
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
   const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
   float M = -INFINITY;
-  for (int64_t c = 0; c < n_chunks; ++c) M = fmaxf(M, part_m[first + c * G]);
+  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) M = fmaxf(M, part_m[first + c * G]);
+  M = block_max(M);
   float L = 0;
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) {
     const float m = part_m[first + c * G];
-    if (m != -INFINITY) L += expf(m - M) * part_l[first + c * G];
+    w[c] = m != -INFINITY ? expf(m - M) : 0.0f;
+    L = fmaf(w[c], part_l[first + c * G], L);
   }
+  L = block_sum(L);  // its barriers also publish w
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
     float o = 0;
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const float m = part_m[first + c * G];
-      if (m != -INFINITY) o = fmaf(expf(m - M), part_o[(first + c * G) * hd + i], o);
-    }
+    for (int64_t c = 0; c < n_chunks; ++c)
+      if (w[c] != 0.0f) o = fmaf(w[c], part_o[(first + c * G) * hd + i], o);
     const int64_t at = (t * nh + h) * hd + i;
-    out[at] = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
+    const float v = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
+    out[at] = v;
+    if (x8.codes && blockDim.x == hd) quantize_q8_0_value(v, at / 32, x8.codes, x8.scales);
   }
 }
 
@@ -692,9 +701,13 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     launch(stream_, "qsa_attend_chunk_kernel", qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
            a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(),
            l.f32(), o.f32());
+    // A thread per value of a head (up to 256): then each warp writes a Q8_0 chunk of out for the
+    // output projection.
+    const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
+    const QuantizeTarget x8 = combine_threads == hd && hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
-           static_cast<unsigned>(std::min<int64_t>(256, (hd + 31) / 32 * 32)), 0, a.gate->f32(), m.f32(), l.f32(),
-           o.f32(), hd, nh, nkv, n_splits, a.out->f32());
+           static_cast<unsigned>(combine_threads), static_cast<size_t>(n_splits) * sizeof(float), a.gate->f32(), m.f32(), l.f32(),
+           o.f32(), hd, nh, nkv, n_splits, a.out->f32(), x8);
     return;
   }
   size_t smem = static_cast<size_t>(std::max<int64_t>(max_sel, 1)) * sizeof(float);
