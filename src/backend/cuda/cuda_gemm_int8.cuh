@@ -464,7 +464,7 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
             const float2 w = ws[e / 2];
             const float d = e % 2 ? xs.z : xs.x, dsum = e % 2 ? xs.w : xs.y;
             float& sum = acc[mi][ni][e];
-            sum = fmaf(w.x * d, small_int_to_float(dots[ni][e]), sum);
+            sum = fmaf(w.x * d, static_cast<float>(dots[ni][e]), sum);
             if constexpr (I::kOffset) sum = fmaf(-w.y, dsum, sum);
           }
         }

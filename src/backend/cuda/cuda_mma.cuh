@@ -37,14 +37,6 @@ __device__ __forceinline__ void mma_split_tf32(float (&d)[4], const SplitTf32 (&
   mma_tf32(d, a[0].hi, a[1].hi, a[2].hi, a[3].hi, b[0].hi, b[1].hi);
 }
 
-// An integer of magnitude below 2^22 (an m16n8k32 sum of int8 codes is at most 32·128·128) as a
-// float, exactly, through the adders: its bits added to those of 1.5·2^23 give the float 1.5·2^23
-// + v. sm_80 and sm_90 convert int to float at 16 results a clock per SM, a quarter of the integer
-// adds and an eighth of the float adds, and the int8 tiles convert four sums per mma.
-__device__ __forceinline__ float small_int_to_float(int v) {
-  return __int_as_float(0x4B400000 + v) - 12582912.0f;
-}
-
 // d += a·b for one m16n8k32 tile of int8 codes.
 __device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1) {
