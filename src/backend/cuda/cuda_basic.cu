@@ -51,12 +51,15 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
   if (i < n) out[i] = static_cast<float>(silu_d(g[i]) * u[i]);
 }
 
+// acc[t][d] += sigmoid(s[t])·x[t][d]; grid per_token_grid(n, T).
 __global__ void add_sigmoid_gated_kernel(float* acc, const float* x, const float* s, int64_t n, int64_t T) {
   grid_dependency_wait();
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n * T) return;
-  double gate = sigmoid_d(s[i / n]);
-  acc[i] = static_cast<float>(acc[i] + gate * x[i]);
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= n) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const double gate = sigmoid_d(s[t]);
+    acc[t * n + d] = static_cast<float>(acc[t * n + d] + gate * x[t * n + d]);
+  }
 }
 
 // seq = [history (L rows) | x (T rows)], rows of C channels.
@@ -65,16 +68,18 @@ __device__ __forceinline__ float conv_seq(const float* hist, const float* x, int
   return j < L ? hist[j * C + c] : x[(j - L) * C + c];
 }
 
+// Grid per_token_grid(C, T): a thread per channel.
 __global__ void causal_conv_kernel(const float* x, const float* hist, const float* w, int64_t C, int64_t T,
                                    int64_t K, int64_t dil, float* out) {
   grid_dependency_wait();
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= C * T) return;
-  int64_t c = i % C, t = i / C, L = (K - 1) * dil;
-  double s = 0;
-  for (int64_t k = 0; k < K; ++k)
-    s += static_cast<double>(w[c * K + k]) * conv_seq(hist, x, L, C, L + t - (K - 1 - k) * dil, c);
-  out[i] = static_cast<float>(silu_d(s));
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, L = (K - 1) * dil;
+  if (c >= C) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k)
+      s += static_cast<double>(w[c * K + k]) * conv_seq(hist, x, L, C, L + t - (K - 1 - k) * dil, c);
+    out[t * C + c] = static_cast<float>(silu_d(s));
+  }
 }
 
 // The last L rows of [history | x] into next_hist.
@@ -176,7 +181,7 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
   check_add_sigmoid_gated(acc, x, s);
   int64_t n = acc.ne(0), T = acc.ne(1);
   if (n * T == 0) return;
-  launch(stream_, "add_sigmoid_gated_kernel", add_sigmoid_gated_kernel, blocks_for(n * T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
+  launch(stream_, "add_sigmoid_gated_kernel", add_sigmoid_gated_kernel, per_token_grid(n, T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
 }
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {
@@ -191,7 +196,7 @@ void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w,
     return;
   }
   if (C * T > 0) {
-    launch(stream_, "causal_conv_kernel", causal_conv_kernel, blocks_for(C * T, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
+    launch(stream_, "causal_conv_kernel", causal_conv_kernel, per_token_grid(C, T, kThreads), kThreads, 0, x.f32(), history.f32(), wv, C, T, K, dilation, out.f32());
   }
   if (C * L > 0) {
     Tensor next = scratch_f32(C * L);

@@ -42,6 +42,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int f
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+// Blocks over the n values of a token (x) by tokens (y), for elementwise kernels over T tokens that
+// find their value and token without dividing a flat index (a 64-bit division costs dozens of
+// instructions: prefill's conv and HC kernels spent most of their time on it). The kernels loop t
+// from blockIdx.y in steps of gridDim.y, as y is limited to 65535.
+inline dim3 per_token_grid(int64_t n, int64_t T, int threads) {
+  return dim3(blocks_for(n, threads), static_cast<unsigned>(T < 65535 ? T : 65535));
+}
+
 // BF16 bits to FP32, and FP32 to BF16 bits rounded to nearest, ties to even (as core/half.h).
 __device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 __device__ __forceinline__ uint16_t bf16_bits(float f) {

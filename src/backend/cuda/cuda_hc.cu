@@ -24,15 +24,16 @@ __global__ void scaled_silu_kernel(float* v, int64_t n, double inv_s) {
   if (i < n) v[i] = static_cast<float>(silu_d(v[i] * inv_s));
 }
 
-// x[d, t] = (1/S) Σ_s sigmoid(m[s·H + d, t]) · n[s·H + d, t]
+// x[d, t] = (1/S) Σ_s sigmoid(m[s·H + d, t]) · n[s·H + d, t]; grid per_token_grid(H, T).
 __global__ void hc_mix_kernel(const float* m, const float* nrm, int64_t H, int64_t S, int64_t T, float* x) {
   grid_dependency_wait();
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= H * T) return;
-  int64_t d = i % H, t = i / H, W = H * S;
-  double acc = 0;
-  for (int64_t s = 0; s < S; ++s) acc += sigmoid_d(m[t * W + s * H + d]) * nrm[t * W + s * H + d];
-  x[i] = static_cast<float>(acc / S);
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, W = H * S;
+  if (d >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    double acc = 0;
+    for (int64_t s = 0; s < S; ++s) acc += sigmoid_d(m[t * W + s * H + d]) * nrm[t * W + s * H + d];
+    x[t * H + d] = static_cast<float>(acc / S);
+  }
 }
 
 __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
@@ -44,13 +45,18 @@ __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
 // A residual value after the write R += w·y (in FP64, as the reference).
 __device__ __forceinline__ float written(float r, float w, float y) { return static_cast<float>(r + static_cast<double>(w) * y); }
 
+// R[t][s][d] += iw[t][s]·y[t][d] for every stream s; grid per_token_grid(H, T).
 __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64_t H, int64_t S, int64_t T) {
   grid_dependency_wait();
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t W = H * S;
-  if (i >= W * T) return;
-  int64_t t = i / W, c = i % W;
-  R[i] = written(R[i], iw[t * S + c / H], y[t * H + c % H]);
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const float yv = y[t * H + d];
+    for (int64_t s = 0; s < S; ++s) {
+      float& r = R[(t * S + s) * H + d];
+      r = written(r, iw[t * S + s], yv);
+    }
+  }
 }
 
 // The decode path: one token with four streams.
@@ -298,7 +304,7 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   matmul_shared(std::span(reads_n, inject ? 2 : 1), n.f32(), W, T, std::span(n_products, inject ? 2 : 1));
   launch(stream_, "scaled_silu_kernel", scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
   matmul(up, lo.f32(), T, m.f32());
-  launch(stream_, "hc_mix_kernel", hc_mix_kernel, blocks_for(H * T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
+  launch(stream_, "hc_mix_kernel", hc_mix_kernel, per_token_grid(H, T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
   if (a.inject)
     launch(stream_, "inject_weights_kernel", inject_weights_kernel, blocks_for(S * T, kThreads), kThreads, 0, a.inject_w->f32(), S * T, 1.0 / S);
 }
@@ -308,7 +314,7 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
   check_hc_write(R, y, inject_w);
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
   if (W * T == 0) return;
-  launch(stream_, "hc_write_kernel", hc_write_kernel, blocks_for(W * T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
+  launch(stream_, "hc_write_kernel", hc_write_kernel, per_token_grid(H, T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
 }
 
 void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {

@@ -475,14 +475,16 @@ ExpertGroups group_pairs(CudaBackend& be, const int32_t* ids, int64_t pairs, int
   return groups;
 }
 
+// y[t][d] = Σ_j weights[t][j]·down[t·k + j][d]; grid per_token_grid(H, T).
 __global__ void moe_combine_kernel(const float* down, const float* weights, int64_t H, int64_t k, int64_t T, float* y) {
   grid_dependency_wait();
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= H * T) return;
-  int64_t d = i % H, t = i / H;
-  double acc = 0;
-  for (int64_t j = 0; j < k; ++j) acc += static_cast<double>(weights[t * k + j]) * down[(t * k + j) * H + d];
-  y[i] = static_cast<float>(acc);
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    double acc = 0;
+    for (int64_t j = 0; j < k; ++j) acc += static_cast<double>(weights[t * k + j]) * down[(t * k + j) * H + d];
+    y[t * H + d] = static_cast<float>(acc);
+  }
 }
 
 SlotMatrix slot_matrix(const DeviceMatrix* m) { return m ? SlotMatrix{m->data, m->row_bytes, m->type} : SlotMatrix{}; }
@@ -613,7 +615,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     swiglu(g, u, h);
     expert_gemm(*this, md, H, groups, k, h.f32(), pairs, true, dn.f32());
   }
-  launch(stream_, "moe_combine_kernel", moe_combine_kernel, blocks_for(H * T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
+  launch(stream_, "moe_combine_kernel", moe_combine_kernel, per_token_grid(H, T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
 }
 
 void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
