@@ -344,11 +344,15 @@ constexpr int kStageChunks = 4;  // 32-value chunks of K per stage
 // and t + 4, the same for weights and tokens, so the products are those of k order.
 constexpr int kPitchWords = kStageChunks * 8 + 8;
 
+// The scales are separate arrays so that types without an offset read only the scales: a warp's
+// reads of the columns' (d, d·Σq) pairs were as many bytes as its reads of the codes.
 struct Stage {
   uint32_t w[kGemmRows * kPitchWords];
   uint32_t x[kGemmCols * kPitchWords];
-  float2 w_scale[kStageChunks][kGemmRows];  // (scale, offset)
-  float2 x_scale[kStageChunks][kGemmCols];  // (d, d·Σq); zeros for absent columns and chunks
+  float w_scale[kStageChunks][kGemmRows];
+  float w_offset[kStageChunks][kGemmRows];  // read by types with an offset
+  float x_d[kStageChunks][kGemmCols];       // zero for absent columns and chunks
+  float x_dsum[kStageChunks][kGemmCols];    // d·Σq, read by types with an offset
 };
 
 }  // namespace i8_detail
@@ -387,15 +391,16 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
-      float2 so = make_float2(0.0f, 0.0f);  // absent rows and chunks add nothing
+      float scale = 0.0f, offset = 0.0f;  // absent rows and chunks add nothing
       if (n0 + r < N && c0 + q < c_end) {
         uint32_t w[8];
-        I::unpack(raw[m], c0 + q, w, so.x, so.y);
+        I::unpack(raw[m], c0 + q, w, scale, offset);
         uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
         dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
         dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
       }
-      s.w_scale[q][r] = so;
+      s.w_scale[q][r] = scale;
+      if constexpr (I::kOffset) s.w_offset[q][r] = offset;
     }
   };
   // Tokens: 16-byte pieces p = tid + 128i of the stage's 64 columns × 128 codes, then the
@@ -412,10 +417,14 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
     for (int i = 0; i < 2; ++i) {
       const int p = tid + i * kGemmThreads, col = p / kStageChunks, q = p % kStageChunks;
       const int64_t xr = x_rows[col];
-      if (xr >= 0 && c0 + q < c_end)
-        cp_async_8(&s.x_scale[q][col], xq.chunk_scales + xr * chunks_per_row + c0 + q);
-      else
-        s.x_scale[q][col] = make_float2(0.0f, 0.0f);
+      if (xr >= 0 && c0 + q < c_end) {
+        const float2* src = xq.chunk_scales + xr * chunks_per_row + c0 + q;
+        cp_async_4(&s.x_d[q][col], &src->x);
+        if constexpr (I::kOffset) cp_async_4(&s.x_dsum[q][col], &src->y);
+      } else {
+        s.x_d[q][col] = 0.0f;
+        if constexpr (I::kOffset) s.x_dsum[q][col] = 0.0f;
+      }
     }
   };
 
@@ -455,17 +464,22 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
           mma_s8(dots[ni], a[mi][0].x, a[mi][1].x, a[mi][0].y, a[mi][1].y, b[ni].x, b[ni].y);
-        const float2 ws[2] = {s.w_scale[q][warp_row + mi * 16 + g], s.w_scale[q][warp_row + mi * 16 + g + 8]};
+        const int r0 = warp_row + mi * 16 + g;
+        const float ws[2] = {s.w_scale[q][r0], s.w_scale[q][r0 + 8]};
+        float wo[2] = {};
+        if constexpr (I::kOffset) wo[0] = s.w_offset[q][r0], wo[1] = s.w_offset[q][r0 + 8];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-          const float4 xs = *reinterpret_cast<const float4*>(&s.x_scale[q][warp_col + ni * 8 + 2 * t]);
+          const int col = warp_col + ni * 8 + 2 * t;
+          const float2 xd = *reinterpret_cast<const float2*>(&s.x_d[q][col]);
+          float2 xdsum = {};
+          if constexpr (I::kOffset) xdsum = *reinterpret_cast<const float2*>(&s.x_dsum[q][col]);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float2 w = ws[e / 2];
-            const float d = e % 2 ? xs.z : xs.x, dsum = e % 2 ? xs.w : xs.y;
+            const float d = e % 2 ? xd.y : xd.x;
             float& sum = acc[mi][ni][e];
-            sum = fmaf(w.x * d, static_cast<float>(dots[ni][e]), sum);
-            if constexpr (I::kOffset) sum = fmaf(-w.y, dsum, sum);
+            sum = fmaf(ws[e / 2] * d, static_cast<float>(dots[ni][e]), sum);
+            if constexpr (I::kOffset) sum = fmaf(-wo[e / 2], e % 2 ? xdsum.y : xdsum.x, sum);
           }
         }
       }
