@@ -136,6 +136,11 @@ class CudaBackend final : public Backend {
   // Host bytes to the device in stream order; small copies go through a pinned staging ring, so
   // the host never waits for the stream to drain (pageable copies may).
   void upload_bytes(void* dst, const void* src, size_t bytes);
+  // Rows gathered on the host into `dst` (bytes of them): fill(host) writes them into a pinned
+  // buffer, which is then copied in stream order. Large gathers (a prefill's embedding and n-gram
+  // rows) fill by several host threads into a buffer of their own; a pageable copy of them stalled
+  // the stream for milliseconds.
+  void upload_gathered(void* dst, size_t bytes, const std::function<void(uint8_t* host)>& fill);
   // An op's output `out` in Q8_0 beside its FP32 values, for the decode products of the op right
   // after it, which then read these codes instead of quantizing `out` themselves: the op that
   // writes `out` asks for the buffers (null when products keep FP32 activations, or `out` does
@@ -171,6 +176,9 @@ class CudaBackend final : public Backend {
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
+  uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
+  size_t gather_bytes_ = 0;
+  cudaEvent_t gather_copied_ = nullptr;  // its last copy has finished
   struct CachedUpload {
     std::vector<uint8_t> bytes;
     Tensor device;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "core/parallel.h"
 #include "quant/rows.h"
 
 namespace regolith::cuda {
@@ -121,12 +122,15 @@ void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Te
   // Gathered on the host from the mapped file: the tables (token embedding, PLE n-gram rows) can
   // be far larger than what one call needs, and the PLE table is meant to stay off the device.
   check_get_rows(table, ids, out);
-  int64_t n = table.ne[0];
-  std::vector<float> rows(static_cast<size_t>(n) * ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * table.row_bytes, n, rows.data() + i * n);
-  }
-  if (!rows.empty()) write(out, rows.data(), rows.size() * sizeof(float));
+  const int64_t n = table.ne[0], n_ids = static_cast<int64_t>(ids.size());
+  q8_output_ = {};
+  upload_gathered(out.data(), static_cast<size_t>(n * n_ids) * sizeof(float), [&](uint8_t* host) {
+    float* rows = reinterpret_cast<float*>(host);
+    parallel_for(n_ids, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * table.row_bytes, n, rows + i * n);
+    }, 64);
+  });
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {

@@ -117,6 +117,7 @@ CudaBackend::CudaBackend(bool int8_products)
   check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
+  check(cudaEventCreateWithFlags(&gather_copied_, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaMalloc(&counters_, kCounters * sizeof(unsigned)), "cudaMalloc");
   check(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset");
   // Programmatic dependent launch (sm_90+) unless REGOLITH_CUDA_PDL=0, on the stream or as the
@@ -146,6 +147,8 @@ CudaBackend::~CudaBackend() {
   recorder_.reset();
   for (void* p : weight_buffers_) cudaFree(p);
   cudaFreeHost(staging_);
+  cudaFreeHost(gather_);
+  cudaEventDestroy(gather_copied_);
   cudaFree(counters_);
   cudaStreamDestroy(stream_);
 }
@@ -186,6 +189,27 @@ void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
   std::memcpy(p, src, bytes);
   staging_head_ += (bytes + 255) & ~size_t{255};
   memcpy_async(dst, p, bytes, cudaMemcpyHostToDevice, stream_, "upload");
+}
+
+void CudaBackend::upload_gathered(void* dst, size_t bytes, const std::function<void(uint8_t* host)>& fill) {
+  if (bytes == 0) return;
+  if (bytes <= kStagingBytes / 4) {
+    std::vector<uint8_t> host(bytes);
+    fill(host.data());
+    upload_bytes(dst, host.data(), bytes);
+    return;
+  }
+  check(cudaEventSynchronize(gather_copied_), "upload of gathered rows (a kernel before it failed)");
+  if (bytes > gather_bytes_) {
+    cudaFreeHost(gather_);
+    gather_ = nullptr, gather_bytes_ = 0;
+    check(cudaMallocHost(reinterpret_cast<void**>(&gather_), bytes), "cudaMallocHost");
+    gather_bytes_ = bytes;
+  }
+  fill(gather_);
+  flush();
+  check(cudaMemcpyAsync(dst, gather_, bytes, cudaMemcpyHostToDevice, stream_), "upload of gathered rows");
+  check(cudaEventRecord(gather_copied_, stream_), "cudaEventRecord");
 }
 
 const void* CudaBackend::cached_upload_bytes(const void* src, size_t bytes) {
