@@ -761,14 +761,15 @@ TEST_F(CudaVsRef, MulMatInt8TileOnRoundedActivations) {
 }
 
 // The chunked scan over many chunks (more than one round of the chunk kernels at T = 2100), with
-// fast and slow decay, odd head widths and the model's 128 × 128 heads, against the reference.
+// fast and slow decay, odd head widths and the model's 128 × 128 heads, against the reference. dk =
+// 128 takes the tensor-core state pass (dv = 40 masks its last column block), dk = 5 the FMA one.
 TEST_F(CudaVsRef, GdnChunkedLongScans) {
   struct Case {
     int64_t nk, nv, dk, dv, T;
     float decay;  // g = −decay·u, u uniform in (0, 1)
   };
   for (Case c : {Case{2, 4, 128, 40, 300, 1.0f}, Case{2, 4, 128, 40, 1000, 1.0f}, Case{2, 4, 128, 40, 2100, 0.02f},
-                 Case{1, 3, 5, 19, 130, 0.5f}, Case{2, 2, 128, 128, 200, 0.05f}}) {
+                 Case{1, 3, 5, 19, 130, 0.5f}, Case{2, 2, 128, 128, 200, 0.05f}, Case{2, 4, 128, 128, 700, 0.5f}}) {
     const int64_t C = 2 * c.nk * c.dk + c.nv * c.dv;
     auto qkv = random_values(C * c.T, 200 + c.T);
     std::vector<float> g(c.nv * c.T), beta(c.nv * c.T);

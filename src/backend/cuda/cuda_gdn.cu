@@ -10,9 +10,11 @@
 // Prefill uses the chunked WY form of the CPU backend (cpu_gdn.cpp), in FP32, in two kernels per
 // round of chunks. The first works on every (chunk, v head) at once: everything that does not
 // depend on the carried state (the decayed Gram matrices, the two triangular solves). The second
-// carries the state through the chunks in order, a block per (v head, 32 value columns), with
-// three small matrix products per chunk. Only the second is sequential in T, 64 tokens a step.
+// carries the state through the chunks in order, a block per (v head, 16 value columns), with
+// three small matrix products per chunk, on the tensor cores where the shape allows
+// (gdn_state_pass_mma_kernel). Only the second is sequential in T, 64 tokens a step.
 #include "backend/cuda/cuda_backend_impl.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace regolith::cuda {
 
@@ -254,7 +256,7 @@ size_t prep_shared_bytes(int64_t dk, int64_t dv) {
          kChunk * (dk + 1 + std::max(dk, dv) + 1 + kChunk + 1) * sizeof(float);
 }
 
-size_t pass_shared_bytes(int64_t dk) {
+size_t simt_pass_shared_bytes(int64_t dk) {
   return (dk * kPassCols + kChunk * (dk + 1) + kChunk * (kChunk + 1) + kChunk * kPassCols) * sizeof(float);
 }
 
@@ -386,7 +388,8 @@ __global__ void __launch_bounds__(kChunkThreads)
 }
 
 // Grid (nv, value-column blocks of kCols): carries S[:, j0 .. j0+kCols-1] of one head through the
-// chunks of the round. Per chunk, with kCols / 4 outputs per thread (rows ty + 32r, columns tx + 8c):
+// chunks of the round with FP32 FMAs (for the shapes mma_pass_fits refuses). Per chunk, with
+// kCols / 4 outputs per thread (rows ty + 32r, columns tx + 8c):
 //   Vn = U − Wk·S     the part of the new values the carried state does not already predict
 //   O  = Qd·S + P·Vn
 //   S  = e^(G_L)·S + Kdᵀ·Vn
@@ -489,6 +492,263 @@ __global__ void __launch_bounds__(kChunkThreads)
     if (idx % kCols < nj) Sh[(idx / kCols) * dv + idx % kCols] = S[idx];
 }
 
+// The tensor-core state pass (mma_pass_fits): the same grid, block and products as
+// gdn_state_pass_kernel, on m16n8k8 TF32 mma.sync with every operand split into hi + lo
+// (cuda_mma.cuh), so the products keep FP32 accuracy. Each warp owns output tiles:
+//   1. Vn = U − Wk·S          rows 16·(w/2) .., columns 8·(w%2) .. of the 64 × 16 result
+//   2. O  = Qd·S + P·Vn       the same tile
+//   3. S  = e^(G_L)·S + Kdᵀ·Vn rows 16·(w + 8q) .. of the dk × 16 state, both column halves, so
+//                              the Kd fragment is split once for two tiles
+// Warp w keeps its rows of S in registers (FP32, accumulator layout) for the whole pass; shared
+// memory holds S already split, for the 4 warps × 2 products that read each value per chunk, and Vn
+// in FP32. The panels stream through two buffers with cp.async, each phase overlapping the next
+// one's load: Qd and P while phase 1 runs, Kd while phase 2 runs, the next chunk's Wk while phase 3
+// runs. Each 32 values of k are summed into a fresh partial (the tensor cores may truncate when
+// they accumulate) and added to the FP32 accumulator with an ordinary add.
+//
+// Pitches keep the fragment loads free of bank conflicts: Wk, Qd and P are read along rows (lanes
+// g, t at g·pitch + t: pitch ≡ 4 or 20 mod 32), Kd down its columns (t·pitch + g: pitch ≡ 8 or 24
+// mod 32), Vn and the split state as B fragments (t·pitch + g, 8-byte pairs for the state).
+constexpr int kMmaStatePitch = 20;  // {hi, lo} pairs a state row
+constexpr int kMmaVnPitch = 24;
+constexpr int kMmaPPitch = kChunk + 4;
+constexpr int kMmaMaxKeyTiles = 2;  // m16 tiles of the state per warp: dk <= 16 · 8 warps · 2
+
+// dk in m16 tiles of the state, at most two a warp; dv even, so U, the output and the state move
+// in float2 pairs (a block's columns from nj on, nj even, are masked a pair at a time). dk = 128
+// takes 113,664 bytes of shared memory: two blocks an SM.
+bool mma_pass_fits(int64_t dk, int64_t dv) { return dk > 0 && dk % 16 == 0 && dk <= 256 && dv % 2 == 0; }
+
+size_t mma_pass_shared_bytes(int64_t dk) {
+  return dk * kMmaStatePitch * sizeof(uint2) + kChunk * (kMmaVnPitch + kMmaPPitch + 2 * (dk + 8)) * sizeof(float);
+}
+
+// Shared memory of the state pass that chunked_scan picks for the shape.
+size_t pass_shared_bytes(int64_t dk, int64_t dv) {
+  return mma_pass_fits(dk, dv) ? mma_pass_shared_bytes(dk) : simt_pass_shared_bytes(dk);
+}
+
+// A fragment, split, of rows r0 .. r0+15 and columns k0 .. k0+7 of a row-major array.
+__device__ __forceinline__ void a_fragment_rows(const float* X, int ld, int r0, int k0, int g, int t,
+                                                SplitTf32 (&a)[4]) {
+  const float* p = X + (r0 + g) * ld + k0 + t;
+  a[0] = split_tf32(p[0]);
+  a[1] = split_tf32(p[8 * ld]);
+  a[2] = split_tf32(p[4]);
+  a[3] = split_tf32(p[8 * ld + 4]);
+}
+
+// The same of the transpose, A[i][s] = X[s][i]: rows i0 .. of A are columns of X.
+__device__ __forceinline__ void a_fragment_cols(const float* X, int ld, int i0, int s0, int g, int t,
+                                                SplitTf32 (&a)[4]) {
+  const float* p = X + (s0 + t) * ld + i0 + g;
+  a[0] = split_tf32(p[0]);
+  a[1] = split_tf32(p[8]);
+  a[2] = split_tf32(p[4 * ld]);
+  a[3] = split_tf32(p[4 * ld + 8]);
+}
+
+// B fragment, split, of rows k0 .. k0+7 and columns n0 .. n0+7 of a row-major array.
+__device__ __forceinline__ void b_fragment(const float* Y, int ld, int k0, int n0, int g, int t, SplitTf32 (&b)[2]) {
+  const float* p = Y + (k0 + t) * ld + n0 + g;
+  b[0] = split_tf32(p[0]);
+  b[1] = split_tf32(p[4 * ld]);
+}
+
+// acc += X·S for the warp's tile (rows r0 .., columns n0 ..) of a panel (rows of ld) times the
+// split state.
+__device__ __forceinline__ void panel_times_split_state(const float* X, int ld, const uint2* S2, int dk, int r0,
+                                                        int n0, int g, int t, float (&acc)[4]) {
+#pragma unroll 1
+  for (int k0 = 0; k0 < dk; k0 += 32) {
+    float part[4] = {};
+#pragma unroll
+    for (int kk = 0; kk < 32; kk += 8) {
+      if (k0 + kk >= dk) break;  // dk is a multiple of 16, not always of 32
+      SplitTf32 a[4];
+      a_fragment_rows(X, ld, r0, k0 + kk, g, t, a);
+      const uint2* p = S2 + (k0 + kk + t) * kMmaStatePitch + n0 + g;
+      const uint2 s0 = p[0], s1 = p[4 * kMmaStatePitch];
+      const SplitTf32 b[2] = {{s0.x, s0.y}, {s1.x, s1.y}};
+      mma_split_tf32(part, a, b);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] += part[e];
+  }
+}
+
+__global__ void __launch_bounds__(kChunkThreads, 2)
+    gdn_state_pass_mma_kernel(ChunkTerms terms, int64_t T, int64_t first_chunk, int64_t n_chunks, int64_t nv,
+                              int64_t dk64, int64_t dv, float* __restrict__ state, float* __restrict__ out) {
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float shared_mma[];
+  const int dk = static_cast<int>(dk64), ld_rows = dk + 4, ld_cols = dk + 8;
+  const int64_t h = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kPassCols;
+  const int nj = static_cast<int>(dv - j0 < kPassCols ? dv - j0 : kPassCols);  // even, as dv
+  uint2* S2 = reinterpret_cast<uint2*>(shared_mma);                            // [dk][kMmaStatePitch]
+  float* Vn = shared_mma + 2 * dk * kMmaStatePitch;                            // [64][kMmaVnPitch]
+  float* Pm = Vn + kChunk * kMmaVnPitch;                                       // [64][kMmaPPitch]
+  float* const panels = Pm + kChunk * kMmaPPitch;                             // 2 × [64][ld_cols]
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int tile_row = 16 * (warp / 2), tile_col = 8 * (warp % 2);  // phases 1 and 2
+
+  // The warp's rows of S, accumulator layout: S_own[q][n][e] is row 16·(warp + 8q) + g + 8·(e/2),
+  // column 8n + 2t + e%2. Columns from nj on stay 0 (so do those of U and Vn).
+  float S_own[kMmaMaxKeyTiles][2][4] = {};
+  float* Sh = state + h * dk64 * dv + j0;
+#pragma unroll
+  for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
+    const int i0 = 16 * (warp + 8 * q);
+    if (i0 >= dk) break;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (const int col = 8 * n + 2 * t; col < nj) {
+          const float2 v = *reinterpret_cast<const float2*>(Sh + (i0 + g + 8 * r) * dv + col);
+          S_own[q][n][2 * r] = v.x, S_own[q][n][2 * r + 1] = v.y;
+        }
+  }
+  auto store_split_state = [&] {
+#pragma unroll
+    for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
+      const int i0 = 16 * (warp + 8 * q);
+      if (i0 >= dk) break;
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const SplitTf32 x = split_tf32(S_own[q][n][2 * r]), y = split_tf32(S_own[q][n][2 * r + 1]);
+          *reinterpret_cast<uint4*>(S2 + (i0 + g + 8 * r) * kMmaStatePitch + 8 * n + 2 * t) =
+              make_uint4(x.hi, x.lo, y.hi, y.lo);
+        }
+    }
+  };
+  store_split_state();
+
+  // A [64][dk] panel into rows of ld, 16 bytes a copy.
+  const int quads = dk / 4;
+  auto load_panel = [&](float* dst, int ld, const float* src) {
+    for (int idx = tid; idx < kChunk * quads; idx += kChunkThreads) {
+      const int r = idx / quads;
+      cp_async_16(dst + r * ld + 4 * (idx - r * quads), src + 4 * idx);
+    }
+  };
+  const int64_t panel = kChunk * dk64;
+  load_panel(panels, ld_rows, terms.Wk + h * panel);
+  cp_async_commit();
+
+  for (int64_t rc = 0; rc < n_chunks; ++rc) {
+    const int64_t item = rc * nv + h, t0 = (first_chunk + rc) * kChunk;
+    const int L = static_cast<int>(T - t0 < kChunk ? T - t0 : kChunk);
+    // Wk and then Kd in one buffer, Qd and then the next chunk's Wk in the other.
+    float* const own = panels + (rc % 2) * kChunk * ld_cols;
+    float* const other = panels + (1 - rc % 2) * kChunk * ld_cols;
+    float u[4] = {};  // U at the warp's tile, read now for phase 1
+    const float* Ui = terms.U + item * kChunk * dv + j0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (const int col = tile_col + 2 * t; col < nj) {
+        const float2 v = *reinterpret_cast<const float2*>(Ui + (tile_row + g + 8 * r) * dv + col);
+        u[2 * r] = v.x, u[2 * r + 1] = v.y;
+      }
+    const float decay = terms.decay[item];
+
+    cp_async_wait<0>();  // Wk
+    __syncthreads();     // ... from every thread; the previous chunk's phase 3 is done with Vn and `other`
+    load_panel(other, ld_rows, terms.Qd + item * panel);
+    for (int idx = tid; idx < kChunk * kChunk / 4; idx += kChunkThreads)
+      cp_async_16(Pm + (idx / 16) * kMmaPPitch + 4 * (idx % 16), terms.P + item * kChunk * kChunk + 4 * idx);
+    cp_async_commit();
+    {  // 1. Vn = U − Wk·S
+      float acc[4] = {};
+      panel_times_split_state(own, ld_rows, S2, dk, tile_row, tile_col, g, t, acc);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<float2*>(Vn + (tile_row + g + 8 * r) * kMmaVnPitch + tile_col + 2 * t) =
+            make_float2(u[2 * r] - acc[2 * r], u[2 * r + 1] - acc[2 * r + 1]);
+    }
+
+    cp_async_wait<0>();  // Qd and P
+    __syncthreads();     // ... and Vn from every thread; Wk is read
+    load_panel(own, ld_cols, terms.Kd + item * panel);
+    cp_async_commit();
+    {  // 2. O = Qd·S + P·Vn
+      float o[4] = {};
+      panel_times_split_state(other, ld_rows, S2, dk, tile_row, tile_col, g, t, o);
+#pragma unroll
+      for (int s0 = 0; s0 < kChunk; s0 += 32) {
+        float part[4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 32; kk += 8) {
+          SplitTf32 a[4], b[2];
+          a_fragment_rows(Pm, kMmaPPitch, tile_row, s0 + kk, g, t, a);
+          b_fragment(Vn, kMmaVnPitch, s0 + kk, tile_col, g, t, b);
+          mma_split_tf32(part, a, b);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] += part[e];
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (const int row = tile_row + g + 8 * r, col = tile_col + 2 * t; row < L && col < nj)
+          *reinterpret_cast<float2*>(out + (t0 + row) * nv * dv + h * dv + j0 + col) =
+              make_float2(o[2 * r], o[2 * r + 1]);
+    }
+
+    cp_async_wait<0>();  // Kd
+    __syncthreads();     // ... from every thread; Qd and the split state are read
+    if (rc + 1 < n_chunks) {
+      load_panel(other, ld_rows, terms.Wk + (item + nv) * panel);
+      cp_async_commit();
+    }
+    // 3. S = decay·S + Kdᵀ·Vn
+#pragma unroll
+    for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
+      const int i0 = 16 * (warp + 8 * q);
+      if (i0 >= dk) break;
+      float acc[2][4] = {};
+#pragma unroll 1  // unrolled, the loads hoisted ahead spill
+      for (int s0 = 0; s0 < kChunk; s0 += 32) {
+        float part[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 32; kk += 8) {
+          SplitTf32 a[4];
+          a_fragment_cols(own, ld_cols, i0, s0 + kk, g, t, a);
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            SplitTf32 b[2];
+            b_fragment(Vn, kMmaVnPitch, s0 + kk, 8 * n, g, t, b);
+            mma_split_tf32(part[n], a, b);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S_own[q][n][e] = fmaf(decay, S_own[q][n][e], acc[n][e]);
+    }
+    store_split_state();  // read after the next chunk's first barrier
+  }
+
+#pragma unroll
+  for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
+    const int i0 = 16 * (warp + 8 * q);
+    if (i0 >= dk) break;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (const int col = 8 * n + 2 * t; col < nj)
+          *reinterpret_cast<float2*>(Sh + (i0 + g + 8 * r) * dv + col) =
+              make_float2(S_own[q][n][2 * r], S_own[q][n][2 * r + 1]);
+  }
+}
+
 // Opts a kernel into more than 48 KB of dynamic shared memory where it needs it.
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what) {
@@ -533,7 +793,7 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
   OpScope scope(profiler_, "gdn_chunked", a.qkv->ne(1), stream_);
   check_gdn_scan(a, "gdn_chunked");
   if (a.qkv->ne(1) == 0) return;
-  const size_t prep_bytes = prep_shared_bytes(a.dk, a.dv), pass_bytes = pass_shared_bytes(a.dk);
+  const size_t prep_bytes = prep_shared_bytes(a.dk, a.dv), pass_bytes = pass_shared_bytes(a.dk, a.dv);
   int device = 0, max_shared = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory limit");
@@ -555,7 +815,15 @@ void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
 void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes) {
   const int64_t T = a.qkv->ne(1), nv = a.n_v_heads, dk = a.dk, dv = a.dv;
   allow_shared(gdn_chunk_prep_kernel, prep_bytes, "gdn_chunk_prep_kernel shared memory");
-  allow_shared(gdn_state_pass_kernel<kPassCols>, pass_bytes, "gdn_state_pass_kernel shared memory");
+  const bool mma_pass = mma_pass_fits(dk, dv);
+  if (mma_pass) {  // two blocks an SM need the largest shared-memory carveout
+    allow_shared(gdn_state_pass_mma_kernel, pass_bytes, "gdn_state_pass_mma_kernel shared memory");
+    check(cudaFuncSetAttribute(gdn_state_pass_mma_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared),
+          "gdn_state_pass_mma_kernel carveout");
+  } else {
+    allow_shared(gdn_state_pass_kernel<kPassCols>, pass_bytes, "gdn_state_pass_kernel shared memory");
+  }
 
   const int64_t n_chunks = (T + kChunk - 1) / kChunk, round = std::min(kRoundChunks, n_chunks), items = round * nv;
   Tensor scratch = scratch_f32(items * (kChunk * (3 * dk + dv) + kChunk * kChunk + 1));
@@ -569,7 +837,11 @@ void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t p
   for (int64_t c0 = 0; c0 < n_chunks; c0 += round) {
     const int64_t n = std::min(round, n_chunks - c0);
     launch(stream_, "gdn_chunk_prep_kernel", gdn_chunk_prep_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(nv)), kChunkThreads, prep_bytes, a.qkv->f32(), a.g->f32(), a.beta->f32(), T, c0, a.n_k_heads, nv, dk, dv, terms);
-    launch(stream_, "gdn_state_pass_kernel", gdn_state_pass_kernel<kPassCols>, dim3(static_cast<unsigned>(nv), blocks_for(dv, kPassCols)), kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
+    const dim3 pass_grid(static_cast<unsigned>(nv), blocks_for(dv, kPassCols));
+    if (mma_pass)
+      launch(stream_, "gdn_state_pass_mma_kernel", gdn_state_pass_mma_kernel, pass_grid, kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
+    else
+      launch(stream_, "gdn_state_pass_kernel", gdn_state_pass_kernel<kPassCols>, pass_grid, kChunkThreads, pass_bytes, terms, T, c0, n, nv, dk, dv, a.state->f32(), a.out->f32());
   }
 }
 
