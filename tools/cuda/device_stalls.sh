@@ -3,8 +3,9 @@
 # warps of chosen decode kernels wait. Nsight Compute runs COUNT launches of the kernels whose
 # names match KERNELS (a regex; default the routed expert kernels) after skipping SKIP matching
 # launches (default 96: the first decode token's, 48 layers × 2), in one-token decode steps
-# (`bench -p 0`), and reads per launch: duration, DRAM throughput, warps active and the stall
-# cycles per issued instruction by reason. Per kernel it prints the means and the five largest
+# (`bench -p 0 -n 4`; BENCH_ARGS replaces those arguments, e.g. "-p 2048 -n 0" for prefill
+# kernels), and reads per launch: duration, DRAM throughput, warps active, issue slots busy and
+# the stall cycles per issued instruction by reason. Per kernel it prints the means and the five largest
 # stall reasons; the raw CSV stays in $OUT/stalls.csv.
 #   tools/cuda/device_stalls.sh [BUILD_DIR] [MODEL]
 source "$(dirname "$0")/run_env.sh"
@@ -14,8 +15,8 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 if [ -z "$ncu" ]; then echo "device_stalls: no ncu"; exit 1; fi
 timeout "${NCU_LIMIT:-240}" "$ncu" --clock-control none --csv -k "regex:${KERNELS:-expert_(gate_up|down)}" \
   --launch-skip "${SKIP:-96}" --launch-count "${COUNT:-8}" \
-  --metrics "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-  "$build/regolith" bench -m "$model" --backend cuda -p 0 -n 4 -r 1 >"$out/stalls.csv" 2>"$out/stalls.err"
+  --metrics "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+  "$build/regolith" bench -m "$model" --backend cuda ${BENCH_ARGS:--p 0 -n 4} -r 1 >"$out/stalls.csv" 2>"$out/stalls.err"
 echo "ncu exit $?"
 python3 - "$out/stalls.csv" <<'PY'
 import csv, re, sys, collections
@@ -37,7 +38,8 @@ for name, m in per.items():
     stalls = sorted(((mean(v), re.sub(r"smsp__average_warps_issue_stalled_|_per_issue_active\.ratio", "", k))
                      for k, v in m.items() if k.startswith("smsp__average_warps_issue_stalled")), reverse=True)
     short = {"dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM % of peak",
-             "sm__warps_active.avg.pct_of_peak_sustained_active": "warps active %"}
+             "sm__warps_active.avg.pct_of_peak_sustained_active": "warps active %",
+             "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots busy %"}
     launches = max(len(v) for v in m.values())
     print(f"{name}: {launches} launches, " + ", ".join(f"{short.get(k, k)} {v:.1f}" for k, v in head.items()))
     print("  stall cycles per issue: " + ", ".join(f"{s} {v:.2f}" for v, s in stalls[:5]))
