@@ -596,20 +596,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2)
   // column 8n + 2t + e%2. Columns from nj on stay 0 (so do those of U and Vn).
   float S_own[kMmaMaxKeyTiles][2][4] = {};
   float* Sh = state + h * dk64 * dv + j0;
-#pragma unroll
-  for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
-    const int i0 = 16 * (warp + 8 * q);
-    if (i0 >= dk) break;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (const int col = 8 * n + 2 * t; col < nj) {
-          const float2 v = *reinterpret_cast<const float2*>(Sh + (i0 + g + 8 * r) * dv + col);
-          S_own[q][n][2 * r] = v.x, S_own[q][n][2 * r + 1] = v.y;
-        }
-  }
-  auto store_split_state = [&] {
+  // fn(pair, row, col) for the warp's pairs of state values: pair = S_own[q][n] + 2r, row i0 + g +
+  // 8r of key tile q, columns col and col + 1 (col = 8n + 2t).
+  auto for_state_pairs = [&](auto&& fn) {
 #pragma unroll
     for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
       const int i0 = 16 * (warp + 8 * q);
@@ -617,12 +606,19 @@ __global__ void __launch_bounds__(kChunkThreads, 2)
 #pragma unroll
       for (int n = 0; n < 2; ++n)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const SplitTf32 x = split_tf32(S_own[q][n][2 * r]), y = split_tf32(S_own[q][n][2 * r + 1]);
-          *reinterpret_cast<uint4*>(S2 + (i0 + g + 8 * r) * kMmaStatePitch + 8 * n + 2 * t) =
-              make_uint4(x.hi, x.lo, y.hi, y.lo);
-        }
+        for (int r = 0; r < 2; ++r) fn(S_own[q][n] + 2 * r, i0 + g + 8 * r, 8 * n + 2 * t);
     }
+  };
+  for_state_pairs([&](float* pair, int row, int col) {
+    if (col >= nj) return;
+    const float2 v = *reinterpret_cast<const float2*>(Sh + row * dv + col);
+    pair[0] = v.x, pair[1] = v.y;
+  });
+  auto store_split_state = [&] {
+    for_state_pairs([&](const float* pair, int row, int col) {
+      const SplitTf32 x = split_tf32(pair[0]), y = split_tf32(pair[1]);
+      *reinterpret_cast<uint4*>(S2 + row * kMmaStatePitch + col) = make_uint4(x.hi, x.lo, y.hi, y.lo);
+    });
   };
   store_split_state();
 
@@ -735,18 +731,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2)
     store_split_state();  // read after the next chunk's first barrier
   }
 
-#pragma unroll
-  for (int q = 0; q < kMmaMaxKeyTiles; ++q) {
-    const int i0 = 16 * (warp + 8 * q);
-    if (i0 >= dk) break;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (const int col = 8 * n + 2 * t; col < nj)
-          *reinterpret_cast<float2*>(Sh + (i0 + g + 8 * r) * dv + col) =
-              make_float2(S_own[q][n][2 * r], S_own[q][n][2 * r + 1]);
-  }
+  for_state_pairs([&](const float* pair, int row, int col) {
+    if (col < nj) *reinterpret_cast<float2*>(Sh + row * dv + col) = make_float2(pair[0], pair[1]);
+  });
 }
 
 // Opts a kernel into more than 48 KB of dynamic shared memory where it needs it.
