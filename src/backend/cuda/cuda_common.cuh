@@ -40,6 +40,17 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int f
   for (uint64_t line = begin + first; line < end; line += stride) asm volatile("prefetch.L2 [%0];" ::"l"(line * 128));
 }
 
+// Opts a kernel into `bytes` of dynamic shared memory (more than the default 48 KB) and the largest
+// shared-memory carveout, so that several of its blocks share an SM; call once per kernel before
+// its first launch (e.g. from a function-local static).
+template <typename Kernel>
+bool allow_max_shared(Kernel kernel, size_t bytes, const char* name) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), name);
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+        name);
+  return true;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // Blocks over the n values of a token (x) by tokens (y), for elementwise kernels over T tokens that

@@ -804,10 +804,7 @@ void CudaBackend::chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t p
   allow_shared(gdn_chunk_prep_kernel, prep_bytes, "gdn_chunk_prep_kernel shared memory");
   const bool mma_pass = mma_pass_fits(dk, dv);
   if (mma_pass) {  // two blocks an SM need the largest shared-memory carveout
-    allow_shared(gdn_state_pass_mma_kernel, pass_bytes, "gdn_state_pass_mma_kernel shared memory");
-    check(cudaFuncSetAttribute(gdn_state_pass_mma_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared),
-          "gdn_state_pass_mma_kernel carveout");
+    allow_max_shared(gdn_state_pass_mma_kernel, pass_bytes, "gdn_state_pass_mma_kernel shared memory");
   } else {
     allow_shared(gdn_state_pass_kernel<kPassCols>, pass_bytes, "gdn_state_pass_kernel shared memory");
   }

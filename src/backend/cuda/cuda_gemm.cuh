@@ -49,15 +49,7 @@ constexpr size_t kGemmSharedBytes =
     (kGemmRows + kGemmCols) * gemm_detail::kRowPitch * sizeof(float) + kGemmCols * sizeof(int64_t);
 
 // A kernel running gemm_tile (bytes kGemmSharedBytes) or gemm_int8_tile (kGemmInt8SharedBytes)
-// needs more than the default 48 KB of shared memory; call once per kernel before its first launch
-// (e.g. from a function-local static).
-template <typename Kernel>
-bool allow_gemm_shared(Kernel kernel, size_t bytes, const char* name) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), name);
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-        name);
-  return true;
-}
+// needs more than the default 48 KB of shared memory: allow_max_shared (cuda_common.cuh).
 
 // Whether rows of K floats from x can be read 16 bytes at a time (gemm_tile's x_vec4).
 inline bool rows_vec4(const float* x, int64_t K) { return K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0; }

@@ -233,7 +233,7 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
     else
       launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
   } else {
-    [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
+    [[maybe_unused]] static const bool shared_ready = allow_max_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
     split_product(be, N, K, T, kGemmBlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
       launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, split_chunks, N, x, T, rows_vec4(x, K), dst);
     });
@@ -244,7 +244,7 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
 template <typename I>
 void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedActivations& xq, int64_t T, float* out,
                         cudaStream_t stream) {
-  [[maybe_unused]] static const bool shared_ready = allow_gemm_shared(gemm_int8_kernel<I>, kGemmInt8SharedBytes, "gemm_int8_kernel shared memory");
+  [[maybe_unused]] static const bool shared_ready = allow_max_shared(gemm_int8_kernel<I>, kGemmInt8SharedBytes, "gemm_int8_kernel shared memory");
   const int64_t N = w.n_rows, K = w.K;
   split_product(be, N, K, T, kGemmInt8BlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
     launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, dst);

@@ -256,6 +256,23 @@ __global__ void __launch_bounds__(128, 8)
   if (lane == 0) h[pair * F + n] = valid ? static_cast<float>(silu_d(g) * u) : 0.0f;
 }
 
+// The weight of slot j of token t in the down kernels: its routing weight, or for the shared slot
+// (j == k) the sigmoid of the shared expert's gate logit.
+__device__ __forceinline__ float slot_weight(int64_t j, int64_t k, int64_t t, const float* __restrict__ weights,
+                                             const float* __restrict__ shared_logit) {
+  return j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
+}
+
+// The down kernels' end: acc summed over the block, rows n0 .. n0+R-1 (< H) of token t stored.
+template <int R>
+__device__ __forceinline__ void store_block_rows(float (&acc)[R], int64_t t, int64_t n0, int64_t H, float* __restrict__ out) {
+  block_reduce_to_first(acc);
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (n0 + r < H) out[t * H + n0 + r] = acc[r];
+}
+
 // Decode, fused: out[t][n] = Σ_j w[t,j] · down_j[n]·h[t·slots + j] for rows n0 .. n0+R-1 of token
 // blockIdx.y, w the routing weights and, for the shared slot, sigmoid(shared_logit[t]). The
 // (slot, unit) items are spread over the threads; each item's partial products are scaled by its
@@ -282,15 +299,11 @@ __global__ void __launch_bounds__(128, 5)
     dispatch_unit(j == k ? down.shared.type : down.routed.type, [&](auto unit) {
       gemv_accumulate<decltype(unit), R, 1>(rows, F, FloatX{h + (t * slots + j) * F, F}, 1, u, n_units, part);
     });
-    const float wj = j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
+    const float wj = slot_weight(j, k, t, weights, shared_logit);
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = fmaf(wj, part[r][0], acc[r]);
   }
-  block_reduce_to_first(acc);
-  if (threadIdx.x != 0) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (n0 + r < H) out[t * H + n0 + r] = acc[r];
+  store_block_rows(acc, t, n0, H, out);
 }
 
 // expert_down_kernel for slots of one unit type U: a thread puts the loads of kAhead items in flight
@@ -329,7 +342,7 @@ __global__ void __launch_bounds__(128, 5)
       int64_t x0, x1;
       U::runs(u, x0, x1);
       FloatX{h + (t * slots + j) * F, F}.load(0, x0, x1, xs[a]);
-      wj[a] = !valid[a] ? 0.0f : j < k ? weights[t * k + j] : static_cast<float>(sigmoid_d(shared_logit[t]));
+      wj[a] = valid[a] ? slot_weight(j, k, t, weights, shared_logit) : 0.0f;
     }
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
@@ -339,11 +352,7 @@ __global__ void __launch_bounds__(128, 5)
         if (valid[a]) acc[r] = fmaf(wj[a], U::dot(raw[a][r], units[a], xs[a], sums), acc[r]);
     }
   }
-  block_reduce_to_first(acc);
-  if (threadIdx.x != 0) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (n0 + r < H) out[t * H + n0 + r] = acc[r];
+  store_block_rows(acc, t, n0, H, out);
 }
 
 // Column tile of the grouped expert products: pairs list[first .. first + count) of one expert.
@@ -559,7 +568,7 @@ void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const Expert
     dispatch_int8_type(w.type, [&](auto i8) {
       using I = decltype(i8);
       [[maybe_unused]] static const bool shared_ready =
-          allow_gemm_shared(expert_gemm_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gemm_int8_kernel shared memory");
+          allow_max_shared(expert_gemm_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gemm_int8_kernel shared memory");
       QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, x_rows, w.K);
       launch(stream, "expert_gemm_int8_kernel", expert_gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq.view(), x_per_pair, out);
     });
@@ -567,7 +576,7 @@ void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const Expert
   }
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     [[maybe_unused]] static const bool shared_ready =
-        allow_gemm_shared(expert_gemm_kernel<decltype(dq)>, kGemmSharedBytes, "expert_gemm_kernel shared memory");
+        allow_max_shared(expert_gemm_kernel<decltype(dq)>, kGemmSharedBytes, "expert_gemm_kernel shared memory");
     launch(stream, "expert_gemm_kernel", expert_gemm_kernel<decltype(dq)>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, x, x_per_pair, rows_vec4(x, w.K), out);
   });
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
