@@ -328,6 +328,27 @@ TEST_F(CudaVsRef, WideNormsAndHcRead) {
   report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_read inject");
 }
 
+// hc_read over several tokens on int8 products: with Q8_0 down and inject rows the norm kernel
+// writes n's Q8_0 codes for them (no quantization kernel); with Q4_K down rows they read Q8_K
+// codes quantized apart. Both within the activation-rounding bounds of op_bounds.h.
+TEST_F(CudaVsRef, HcReadManyTokensOnInt8Products) {
+  const int64_t S = 4, H = 640, W = S * H, r = 64, T = 12;
+  for (GgmlType down_type : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+    auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 220));
+    auto down = make_weight("down", down_type, {W, r, 1, 1}, random_values(W * r, 221, 0.3f));
+    auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 222, 0.3f));
+    auto inject = make_weight("inject", GgmlType::Q8_0, {W, S, 1, 1}, random_values(W * S, 223, 0.3f));
+    const auto R = random_values(W * T, 224, 2.0f);
+    Tensor tR = upload(*cuda, R, {W, T, 1, 1}), x = cuda->alloc_f32(H, T), iw = cuda->alloc_f32(S, T);
+    cuda->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
+                   .eps = 1e-6f, .x = &x, .inject_w = &iw});
+    const HcReadExpected want = hc_read_expected(R, *norm, *down, *up, inject.get(), S, 1e-6);
+    const std::string what = " down " + std::string(type_name(down_type));
+    expect_within(cuda->read_f32(x), want.x, "hc_read x" + what);
+    expect_within(cuda->read_f32(iw), want.inject_w, "hc_read inject" + what);
+  }
+}
+
 // The decode matvec (cuda_gemv.cuh) over long rows: every thread of the block takes several units.
 // Q8_0 and Q4_K rows on int8 activations (the default) and on FP32 ones (exact products).
 TEST_F(CudaVsRef, MulMatDecodeLongRows) {

@@ -146,6 +146,8 @@ class CudaBackend final : public Backend {
   // writes `out` asks for the buffers (null when products keep FP32 activations, or `out` does
   // not fill 32-value chunks) and fills both. Any later op, host write or zero fill drops it.
   QuantizeTarget q8_output(const Tensor& out);
+  // rms_norm that also writes out's Q8_0 codes into q8 (groups a multiple of 32 values).
+  void rms_norm_q8(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out, QuantizeTarget q8);
   // x's Q8_0 form when the op just before the calling op wrote it beside x, else null.
   const QuantizedActivations* q8_input(const Tensor& x) const;
   // Whether a product of T > kMatvecMaxTokens tokens with weights of `type` runs on int8 codes.

@@ -25,16 +25,20 @@ __global__ void repeat_streams_kernel(const float* x, int64_t H, int64_t S, int6
 }
 
 // One block per group. w: null, one gamma per group position (w_len == group), or per row
-// position (w_len == row length n).
+// position (w_len == row length n). With q8.codes set (group a multiple of 32), each warp also
+// writes the Q8_0 chunks of out it holds (its lanes cover 32 consecutive values a step).
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t group, int64_t n, int64_t w_len, float eps,
-                                float* out) {
+                                float* out, QuantizeTarget q8) {
   grid_dependency_wait();
   int64_t gi = blockIdx.x;
   const float* xr = x + gi * group;
   const double r = block_inv_rms(xr, group, eps);
   const float* wp = w ? w + (w_len == n ? (gi * group) % n : 0) : nullptr;
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x)
-    out[gi * group + i] = static_cast<float>(xr[i] * r * (wp ? static_cast<double>(wp[i]) : 1.0));
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float v = static_cast<float>(xr[i] * r * (wp ? static_cast<double>(wp[i]) : 1.0));
+    out[gi * group + i] = v;
+    if (q8.codes) quantize_q8_0_value(v, (gi * group + i) / 32, q8.codes, q8.scales);
+  }
 }
 
 __global__ void rope_kernel(float* x, const int64_t* positions, const float* inv_freq, int64_t hd, int64_t nh,
@@ -151,15 +155,20 @@ void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) {
+  rms_norm_q8(x, w, group, eps, out, {});
+}
+
+void CudaBackend::rms_norm_q8(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out, QuantizeTarget q8) {
   OpScope scope(profiler_, "rms_norm", -1, stream_);
   check_rms_norm(x, w, group, out);
+  if (q8.codes && group % 32 != 0) fail("rms_norm: groups of ", group, " values do not fill Q8_0 chunks");
   int64_t n = x.ne(0);
   const float* wv = w ? values(*w) : nullptr;
   int64_t w_len = w ? w->n_elements() : 0;
   int64_t n_groups = x.n_elements() / group;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (group + 31) / 32 * 32));
-  launch(stream_, "rms_norm_kernel", rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32());
+  launch(stream_, "rms_norm_kernel", rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), wv, group, n, w_len, eps, out.f32(), q8);
 }
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> positions, int64_t n_rot, float theta) {

@@ -296,12 +296,17 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
-  rms_norm(R, a.norm, H, a.eps, n);  // grouped: one gamma per position of the W-wide row
+  // The down and inject products read the same n, in Q8_0 (written by the norm) when their int8
+  // products take Q8_0 activations.
+  bool q8_n = false;
+  if (int8_products_ && H % 32 == 0) dispatch_int8_type(down.type, [&](auto i8) { q8_n = !decltype(i8)::kBlock256; });
+  QuantizedActivations n8;
+  if (q8_n) n8 = {scratch_bytes(static_cast<size_t>(W * T)), scratch_f32(W * T / 32 * 2)};
+  rms_norm_q8(R, a.norm, H, a.eps, n, n8.target());  // grouped: one gamma per position of the W-wide row
   Tensor m = scratch_f32(W * T);
-  // The down and inject products read the same n (quantized once for the int8 tile).
   const DeviceMatrix* reads_n[] = {&down, inject};
   float* n_products[] = {lo.f32(), inject ? a.inject_w->f32() : nullptr};
-  matmul_shared(std::span(reads_n, inject ? 2 : 1), n.f32(), W, T, std::span(n_products, inject ? 2 : 1));
+  matmul_shared(std::span(reads_n, inject ? 2 : 1), n.f32(), W, T, std::span(n_products, inject ? 2 : 1), q8_n ? &n8 : nullptr);
   launch(stream_, "scaled_silu_kernel", scaled_silu_kernel, blocks_for(r * T, kThreads), kThreads, 0, lo.f32(), r * T, 1.0 / S);
   matmul(up, lo.f32(), T, m.f32());
   launch(stream_, "hc_mix_kernel", hc_mix_kernel, per_token_grid(H, T, kThreads), kThreads, 0, m.f32(), n.f32(), H, S, T, a.x->f32());
