@@ -73,6 +73,9 @@ struct Weight {
   std::array<int64_t, 4> ne{0, 1, 1, 1};
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
+  // Read where it lies (mapped file, host memory), never copied to an accelerator: the PLE n-gram
+  // table, whose real size (51 G values) is far beyond device memory. Its rows are gathered on the host.
+  bool stays_on_host = false;
 
   bool present() const { return data != nullptr; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

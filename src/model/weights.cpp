@@ -120,7 +120,10 @@ Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp) {
   b.validate_all();
   w.token_embd = b.get("token_embd.weight");
   w.output = w.tied_output ? w.token_embd : b.get("output.weight");
-  if (!hp.ple_layers.empty()) w.ple_table = b.get("per_layer_token_embd.weight");
+  if (!hp.ple_layers.empty()) {
+    w.ple_table = b.get("per_layer_token_embd.weight");
+    w.ple_table.stays_on_host = true;
+  }
   w.output_hc = bind_hc(b, "output_hc", false);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     std::string p = cat("blk.", il, ".");

@@ -119,15 +119,45 @@ __global__ void causal_conv_step_kernel(const float* x, float* hist, const float
 constexpr int kThreads = 256;
 constexpr int64_t kConvStepTokens = 8;
 
+// Rows ids[t] of a device table of K values a row: thread x decodes 32-value chunk x of token t's
+// row (the last chunk may be partial).
+template <typename D>
+__global__ void get_rows_kernel(const uint8_t* __restrict__ table, uint64_t row_bytes, int64_t K,
+                                const int64_t* __restrict__ ids, int64_t n_ids, float* __restrict__ out) {
+  grid_dependency_wait();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c * 32 >= K) return;
+  const int n = K - c * 32 < 32 ? static_cast<int>(K - c * 32) : 32;
+  for (int64_t t = blockIdx.y; t < n_ids; t += gridDim.y) {
+    float y[32];
+    D::chunk(table + static_cast<uint64_t>(ids[t]) * row_bytes, c, K, y);
+    float* dst = out + t * K + c * 32;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      if (j < n) dst[j] = y[j];
+  }
+}
+
 }  // namespace
 
 void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
   OpScope scope(profiler_, "get_rows", out.ne(1), stream_);
-  // Gathered on the host from the mapped file: the tables (token embedding, PLE n-gram rows) can
-  // be far larger than what one call needs, and the PLE table is meant to stay off the device.
   check_get_rows(table, ids, out);
   const int64_t n = table.ne[0], n_ids = static_cast<int64_t>(ids.size());
   q8_output_ = {};
+  if (n_ids == 0) return;
+  if (!table.stays_on_host) {
+    const DeviceMatrix& m = matrix(table);
+    Tensor dev_ids = upload_scratch(ids);
+    const int64_t chunks = (n + 31) / 32;
+    dispatch_weight_type(m.type, [&](auto dq) {
+      using D = decltype(dq);
+      launch(stream_, "get_rows_kernel", get_rows_kernel<D>, per_token_grid(chunks, n_ids, kThreads), kThreads, 0, m.data,
+             m.row_bytes, n, reinterpret_cast<const int64_t*>(dev_ids.f32()), n_ids, out.f32());
+    });
+    return;
+  }
+  // Gathered on the host from the mapped file, on all cores, into pinned memory.
   upload_gathered(out.data(), static_cast<size_t>(n * n_ids) * sizeof(float), [&](uint8_t* host) {
     float* rows = reinterpret_cast<float*>(host);
     parallel_for(n_ids, [&](int64_t begin, int64_t end) {
