@@ -253,7 +253,7 @@ struct ChunkTerms {
 
 size_t prep_shared_bytes(int64_t dk, int64_t dv) {
   return kChunk * sizeof(double) + 4 * kChunk * sizeof(float) +
-         kChunk * (dk + 1 + std::max(dk, dv) + 1 + kChunk + 1) * sizeof(float);
+         kChunk * (dk + 1 + std::max(dk, dv) + 1 + kChunk) * sizeof(float);
 }
 
 size_t simt_pass_shared_bytes(int64_t dk) {
@@ -261,13 +261,15 @@ size_t simt_pass_shared_bytes(int64_t dk) {
 }
 
 // Grid (chunks of the round, nv). Shared: G, the per-token factors, k [64][dk+1], q then v
-// [64][max(dk,dv)+1], A [64][65].
+// [64][max(dk,dv)+1], and A by columns, Ac[s][t] = A[t][s] [64][64] (rows 16-byte aligned for the
+// solve's float4 reads).
 __global__ void __launch_bounds__(kChunkThreads)
     gdn_chunk_prep_kernel(const float* __restrict__ qkv, const float* __restrict__ g, const float* __restrict__ beta,
                           int64_t T, int64_t first_chunk, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
                           ChunkTerms terms) {
   grid_dependency_wait();
   extern __shared__ double shared_d[];
+  constexpr int kWarps = kChunkThreads / 32;
   const int64_t h = blockIdx.y, kh = h % nk, t0 = (first_chunk + blockIdx.x) * kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * nv + h, C = 2 * nk * dk + nv * dv;
   const int L = static_cast<int>(T - t0 < kChunk ? T - t0 : kChunk);
@@ -277,19 +279,42 @@ __global__ void __launch_bounds__(kChunkThreads)
   float* eG = bt + kChunk;                           // [64] e^(G_t)
   float* eL = eG + kChunk;                           // [64] e^(G_L − G_t)
   float* bg = eL + kChunk;                           // [64] β e^(G_t)
-  float* Ks = bg + kChunk;                           // [64][ldk] k, then Wk
-  float* QV = Ks + kChunk * ldk;                     // [64][ldq] q, then U
-  float* A = QV + kChunk * ldq;                      // [64][65]
+  float* Ks = bg + kChunk;                           // [64][ldk] k, then Wk's right-hand side
+  float* QV = Ks + kChunk * ldk;                     // [64][ldq] q, then U's right-hand side
+  float* Ac = QV + kChunk * ldq;                     // [64][64]
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  // q and k l2-normalised (q also scaled by 1/sqrt(dk)), a warp per token; padding rows are 0.
-  for (int t = warp; t < kChunk; t += kChunkThreads / 32) {
-    const float* row = t < L ? qkv + (t0 + t) * C : nullptr;
+  // Warp 0 asks for the gates of tokens lane and lane + 32 first, so that they arrive with q and k.
+  float gate[2] = {}, b[2] = {};
+  if (warp == 0)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      if (const int t = lane + 32 * half; t < L) gate[half] = g[(t0 + t) * nv + h], b[half] = beta[(t0 + t) * nv + h];
+
+  // q and k to shared, a warp per token, by cp.async so that all of a warp's copies are in flight
+  // at once; padding rows are 0. The token's v row goes to L2 for the right-hand side of U.
+  for (int t = warp; t < kChunk; t += kWarps) {
+    float *q = QV + t * ldq, *k = Ks + t * ldk;
+    if (t < L) {
+      const float* row = qkv + (t0 + t) * C;
+      for (int64_t i = lane; i < dk; i += 32) {
+        cp_async_4(q + i, row + kh * dk + i);
+        cp_async_4(k + i, row + nk * dk + kh * dk + i);
+      }
+      prefetch_l2(row + 2 * nk * dk + h * dv, dv * sizeof(float), lane, 32);
+    } else {
+      for (int64_t i = lane; i < dk; i += 32) q[i] = k[i] = 0.0f;
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+
+  // q and k l2-normalised (q also scaled by 1/sqrt(dk)); a lane reads back only what it copied, so
+  // no barrier is needed.
+  for (int t = warp; t < kChunk; t += kWarps) {
     float ssq = 0, ssk = 0;
     for (int64_t i = lane; i < dk; i += 32) {
-      const float q = row ? row[kh * dk + i] : 0.0f, k = row ? row[nk * dk + kh * dk + i] : 0.0f;
-      QV[t * ldq + i] = q;
-      Ks[t * ldk + i] = k;
+      const float q = QV[t * ldq + i], k = Ks[t * ldk + i];
       ssq += q * q;
       ssk += k * k;
     }
@@ -302,24 +327,35 @@ __global__ void __launch_bounds__(kChunkThreads)
       Ks[t * ldk + i] *= rk;
     }
   }
-  if (tid == 0) {
-    double run = 0;
-    for (int t = 0; t < kChunk; ++t) {
-      if (t < L) run += g[(t0 + t) * nv + h];
-      G[t] = run;
-      bt[t] = t < L ? beta[(t0 + t) * nv + h] : 0.0f;
+
+  // G, the inclusive sum of g in FP64, by warp 0: the two halves of the chunk scanned side by side,
+  // then the upper half offset by the lower half's total. Padding tokens add g = 0.
+  if (warp == 0) {
+    double run[2] = {gate[0], gate[1]};
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const double lo = __shfl_up_sync(0xffffffffu, run[0], d), hi = __shfl_up_sync(0xffffffffu, run[1], d);
+      if (lane >= d) run[0] += lo, run[1] += hi;
     }
-    terms.decay[item] = static_cast<float>(exp(run));
+    run[1] += __shfl_sync(0xffffffffu, run[0], 31);
+    const double last = __shfl_sync(0xffffffffu, run[1], 31);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = lane + 32 * half;
+      const double e = exp(run[half]);
+      G[t] = run[half];
+      bt[t] = b[half];
+      eG[t] = static_cast<float>(e);
+      eL[t] = static_cast<float>(exp(last - run[half]));
+      bg[t] = static_cast<float>(b[half] * e);
+    }
+    if (lane == 0) terms.decay[item] = static_cast<float>(exp(last));
   }
   __syncthreads();
-  if (tid < kChunk) {
-    eG[tid] = static_cast<float>(exp(G[tid]));
-    eL[tid] = static_cast<float>(exp(G[kChunk - 1] - G[tid]));
-    bg[tid] = static_cast<float>(bt[tid] * exp(G[tid]));
-  }
 
   // k·kᵀ and q·kᵀ, 4×4 entries per thread (rows t = ty + 16r, columns s = tx + 16c), decayed into
-  // A (shared) and P (scratch).
+  // Ac (shared) and P (scratch). k·kᵀ is symmetric, so the entry (t, s) with t < s is A[s][t], which
+  // Ac holds at [t][s]: 16 lanes store 16 consecutive floats.
   {
     const int tx = tid % 16, ty = tid / 16;
     float kk[4][4] = {}, qk[4][4] = {};
@@ -345,46 +381,64 @@ __global__ void __launch_bounds__(kChunkThreads)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int t = ty + 16 * r, s = tx + 16 * c;
-        const double d = s <= t ? exp(G[t] - G[s]) : 0.0;
-        A[t * (kChunk + 1) + s] = s < t ? static_cast<float>(bt[t] * static_cast<double>(kk[r][c]) * d) : 0.0f;
-        P[t * kChunk + s] = static_cast<float>(qk[r][c] * d);
+        const double d = exp(s <= t ? G[t] - G[s] : G[s] - G[t]);
+        Ac[t * kChunk + s] = t < s ? static_cast<float>(bt[s] * static_cast<double>(kk[r][c]) * d) : 0.0f;
+        P[t * kChunk + s] = s <= t ? static_cast<float>(qk[r][c] * d) : 0.0f;
       }
   }
   __syncthreads();
 
-  // Qd and Kd to the scratch; k becomes diag(β e^G) k, the right-hand side of Wk.
+  // Qd and Kd to the scratch; then the right-hand sides: diag(β e^G) k for Wk in place of k, and
+  // diag(β) v for U in place of q. A warp per token again: a lane overwrites only q values it has
+  // read itself.
   float* Qd = terms.Qd + item * kChunk * dk;
   float* Kd = terms.Kd + item * kChunk * dk;
-  for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads) {
-    const int64_t t = idx / dk, i = idx % dk;
-    const float k = Ks[t * ldk + i];
-    Qd[idx] = QV[t * ldq + i] * eG[t];
-    Kd[idx] = k * eL[t];
-    Ks[t * ldk + i] = k * bg[t];
-  }
-  __syncthreads();
-  for (int64_t idx = tid; idx < kChunk * dv; idx += kChunkThreads) {  // diag(β) v, the right-hand side of U
-    const int64_t t = idx / dv, j = idx % dv;
-    QV[t * ldq + j] = t < L ? bt[t] * qkv[(t0 + t) * C + 2 * nk * dk + h * dv + j] : 0.0f;
-  }
+  for (int t = warp; t < kChunk; t += kWarps)
+    for (int64_t i = lane; i < dk; i += 32) {
+      const float k = Ks[t * ldk + i];
+      Qd[t * dk + i] = QV[t * ldq + i] * eG[t];
+      Kd[t * dk + i] = k * eL[t];
+      Ks[t * ldk + i] = k * bg[t];
+    }
+  for (int64_t j = lane; j < dv; j += 32)
+#pragma unroll
+    for (int r = 0; r < kChunk / kWarps; ++r) {  // the lane's tokens innermost: their loads overlap
+      const int t = warp + kWarps * r;
+      QV[t * ldq + j] = t < L ? bt[t] * qkv[(t0 + t) * C + 2 * nk * dk + h * dv + j] : 0.0f;
+    }
   __syncthreads();
 
-  // (I + A) X = RHS by forward substitution, a thread per column of [Wk | U]: columns are
-  // independent, so no barrier inside.
+  // (I + A) X = RHS by forward substitution, a thread per column of [Wk | U] (columns are
+  // independent), the column in registers. Column-oriented: once x_s is final it is subtracted from
+  // every later row, so a step's FMAs are independent of each other, and each x_t still takes its
+  // terms in the order s = 0, 1, ... of the row-by-row form. Column s of A is one float4 broadcast
+  // per 4 rows. The results go from registers to the scratch, a warp's 32 columns one row at a time.
   for (int64_t col = tid; col < dk + dv; col += kChunkThreads) {
-    float* X = col < dk ? Ks + col : QV + (col - dk);
-    const int64_t ld = col < dk ? ldk : ldq;
-    for (int t = 1; t < kChunk; ++t) {
-      float x = X[t * ld];
-      for (int s = 0; s < t; ++s) x = fmaf(-A[t * (kChunk + 1) + s], X[s * ld], x);
-      X[t * ld] = x;
+    const bool is_k = col < dk;
+    const float* X = is_k ? Ks + col : QV + (col - dk);
+    const int64_t ld = is_k ? ldk : ldq;
+    float x[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) x[t] = X[t * ld];
+#pragma unroll
+    for (int s = 0; s < kChunk - 1; ++s) {
+#pragma unroll
+      for (int t4 = (s + 1) / 4 * 4; t4 < kChunk; t4 += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(Ac + s * kChunk + t4);
+        const float as[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (t4 + e > s) x[t4 + e] = fmaf(-as[e], x[s], x[t4 + e]);
+      }
+      // Without this the compiler hoists later steps' reads of A above these FMAs and runs out of
+      // registers (255 and spills, against 106).
+      asm volatile("" ::: "memory");
     }
+    float* out = is_k ? terms.Wk + item * kChunk * dk + col : terms.U + item * kChunk * dv + (col - dk);
+    const int64_t ld_out = is_k ? dk : dv;
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) out[t * ld_out] = x[t];
   }
-  __syncthreads();
-  for (int64_t idx = tid; idx < kChunk * dk; idx += kChunkThreads)
-    terms.Wk[item * kChunk * dk + idx] = Ks[(idx / dk) * ldk + idx % dk];
-  for (int64_t idx = tid; idx < kChunk * dv; idx += kChunkThreads)
-    terms.U[item * kChunk * dv + idx] = QV[(idx / dv) * ldq + idx % dv];
 }
 
 // Grid (nv, value-column blocks of kCols): carries S[:, j0 .. j0+kCols-1] of one head through the
