@@ -726,6 +726,29 @@ TEST_F(CudaVsRef, MoeGroupedOnDeviceManyExperts) {
   expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k), "moe_experts grouped int8");
 }
 
+// Prefill MoE with gate and up of one int8 type and down on Q8_0 activations: gate, up, SwiGLU and
+// h's quantization run as one kernel (32 gate and 32 up rows a tile; F = 320 is not a multiple of
+// the 64 rows of other tiles), against the float64 product within the activations' rounding.
+TEST_F(CudaVsRef, MoeGroupedGateUpFused) {
+  struct Case {
+    GgmlType gate_up, down;
+    int64_t H, F;
+  };
+  for (const Case& cs : {Case{GgmlType::Q4_K, GgmlType::Q8_0, 512, 320}, Case{GgmlType::Q8_0, GgmlType::Q4_0, 256, 96}}) {
+    const int64_t E = 8, k = 3, T = 150, H = cs.H, F = cs.F;
+    auto wg = make_weight("gate", cs.gate_up, {H, F, E, 1}, random_values(H * F * E, 100, 0.1f));
+    auto wu = make_weight("up", cs.gate_up, {H, F, E, 1}, random_values(H * F * E, 101, 0.1f));
+    auto wd = make_weight("down", cs.down, {F, H, E, 1}, random_values(F * H * E, 102, 0.1f));
+    auto logits = random_values(E * T, 103, 2.0f);
+    for (int64_t t = 0; t < T; ++t) logits[t * E + 1] += 6.0f;  // expert 1 in (nearly) every token: several tiles
+    auto x = random_values(H * T, 104);
+    MoeRun r = run_moe(*ref, *wg, *wu, *wd, logits, x, k, T), i8 = run_moe(*cuda, *wg, *wu, *wd, logits, x, k, T);
+    EXPECT_EQ(i8.ids, r.ids);
+    expect_within(i8.out, moe_experts_expected(x, i8.ids, i8.weights, *wg, *wu, *wd, k),
+                  cat("moe_experts fused gate/up ", type_name(cs.gate_up), ", down ", type_name(cs.down)));
+  }
+}
+
 // Prefill attention (64 tokens or more) on the tensor cores: a block per (token, kv head), the
 // group's heads as the rows of split-TF32 tiles (12 and 16 heads, and 5: padded rows), selections
 // of 70 lengths from 1 to 300 (whole and partial 32-position chunks), head widths 256 and 64.

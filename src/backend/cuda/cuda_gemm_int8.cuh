@@ -333,6 +333,13 @@ inline bool has_int8_decoder(GgmlType type) {
   return dispatch_int8_type(type, [](auto) {});
 }
 
+// Whether the int8 tile takes Q8_K activations for this type (else Q8_0).
+inline bool int8_block256(GgmlType type) {
+  bool block256 = false;
+  dispatch_int8_type(type, [&](auto i8) { block256 = decltype(i8)::kBlock256; });
+  return block256;
+}
+
 constexpr int kGemmInt8BlocksPerSm = 4;  // registers capped at 128, shared memory 4 × 49.7 KB
 
 namespace i8_detail {
@@ -359,14 +366,14 @@ struct Stage {
 
 constexpr size_t kGemmInt8SharedBytes = 2 * sizeof(i8_detail::Stage) + kGemmCols * sizeof(int64_t);
 
-// out[out_row(c)·N + n] = W[n]·x̂[x_row(c)] over the 32-value chunks [c_begin, c_end) of K (c_begin
-// a multiple of the stage's 4 chunks) for rows n0 .. n0+63 (< N) and columns c < n_cols, x̂ the
-// quantized activations xq. Launch with kGemmThreads threads and kGemmInt8SharedBytes of dynamic
-// shared memory.
-template <typename I, typename XRow, typename OutRow>
-__device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,
-                               int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, QuantizedX xq, XRow x_row,
-                               float* __restrict__ out, OutRow out_row) {
+// The sums w_row(r)·x̂[x_row(c)] over the 32-value chunks [c_begin, c_end) of K (c_begin a multiple
+// of the stage's 4 chunks) for the tile's rows r < n_rows (at most 64; w_row(r) is row r's address)
+// and columns c < n_cols, x̂ the quantized activations xq; then epilogue(acc, warp_row, warp_col, g,
+// t) with each warp's 32 × 32 sums (store_warp_tile's layout), the shared memory free for its use.
+// Launch with kGemmThreads threads and kGemmInt8SharedBytes of dynamic shared memory.
+template <typename I, typename WRow, typename XRow, typename Epilogue>
+__device__ void gemm_int8_tile_rows(WRow w_row, int64_t n_rows, int64_t K, int64_t c_begin, int64_t c_end,
+                                    int64_t n_cols, QuantizedX xq, XRow x_row, Epilogue epilogue) {
   using namespace i8_detail;
   extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
   Stage* stages = reinterpret_cast<Stage*>(gemm_int8_shared);
@@ -384,7 +391,7 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
-      if (n0 + r < N && c0 + q < c_end) raw[m] = I::load(W + (n0 + r) * row_bytes, c0 + q, K);
+      if (r < n_rows && c0 + q < c_end) raw[m] = I::load(w_row(r), c0 + q, K);
     }
   };
   auto store_weights = [&](Stage& s, int64_t c0) {
@@ -392,7 +399,7 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
     for (int m = 0; m < 2; ++m) {
       const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
       float scale = 0.0f, offset = 0.0f;  // absent rows and chunks add nothing
-      if (n0 + r < N && c0 + q < c_end) {
+      if (r < n_rows && c0 + q < c_end) {
         uint32_t w[8];
         I::unpack(raw[m], c0 + q, w, scale, offset);
         uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
@@ -487,7 +494,19 @@ __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes
     if (more) store_weights(stages[buf ^ 1], c0 + kStageChunks);
     __syncthreads();  // the next stage overwrites this one's buffer
   }
-  store_warp_tile(acc, n0 + warp_row, warp_col, g, t, N, n_cols, out, out_row);
+  epilogue(acc, warp_row, warp_col, g, t);
+}
+
+// out[out_row(c)·N + n] = W[n]·x̂[x_row(c)] for rows n0 .. n0+63 (< N) of W (gemm_int8_tile_rows).
+template <typename I, typename XRow, typename OutRow>
+__device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,
+                               int64_t c_end, int64_t N, int64_t n0, int64_t n_cols, QuantizedX xq, XRow x_row,
+                               float* __restrict__ out, OutRow out_row) {
+  gemm_int8_tile_rows<I>(
+      [=](int r) { return W + (n0 + r) * row_bytes; }, N - n0 < kGemmRows ? N - n0 : kGemmRows, K, c_begin, c_end,
+      n_cols, xq, x_row, [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
+        store_warp_tile(acc, n0 + warp_row, warp_col, g, t, N, n_cols, out, out_row);
+      });
 }
 
 }  // namespace regolith::cuda

@@ -397,6 +397,46 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       [=](int c) { return static_cast<int64_t>(pairs[c]); });
 }
 
+// Gate and up of the grouped experts in one int8 tile, with SwiGLU and the Q8_0 quantization of h
+// in its epilogue (the same grid over tiles as expert_gemm_int8_kernel, blockIdx.x the 32-row
+// chunk f0 of F): the tile's rows are gate rows f0 .. f0+31 then up rows f0 .. f0+31, so each
+// pair's 32 values of h are one Q8_0 chunk of the down product's activations, h8 (rows: pairs).
+// g and u are the sums expert_gemm_int8_kernel forms, h = silu(g)·u as swiglu_kernel rounds it,
+// and the chunk is quantized as quantize_q8_0_kernel does: the same codes as the three kernels.
+template <typename I>
+__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
+    expert_gate_up_int8_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, uint64_t row_bytes,
+                               int64_t K, int64_t F, const ExpertTile* __restrict__ tiles,
+                               const int32_t* __restrict__ n_tiles, const int32_t* __restrict__ list, int64_t k,
+                               QuantizedX xq, QuantizeTarget h8) {
+  grid_dependency_wait();
+  if (static_cast<int32_t>(blockIdx.y) >= *n_tiles) return;
+  const ExpertTile tile = tiles[blockIdx.y];
+  const int32_t* pairs = list + tile.first;
+  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * 32, first_row = tile.expert * F + f0;
+  gemm_int8_tile_rows<I>(
+      [=](int r) { return (r < 32 ? Wg : Wu) + (first_row + r % 32) * row_bytes; }, kGemmRows, K, 0, K / 32,
+      tile.count, xq, [=](int c) { return static_cast<int64_t>(pairs[c] / k); },
+      [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
+        extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
+        constexpr int kPitch = kGemmCols + 1;
+        float* gu = reinterpret_cast<float*>(gemm_int8_shared);  // [64 rows][kPitch]: gate, then up
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              gu[(warp_row + mi * 16 + g + 8 * (e / 2)) * kPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
+        __syncthreads();
+        const int lane = threadIdx.x % 32;
+        for (int c = threadIdx.x / 32; c < tile.count; c += kGemmThreads / 32) {
+          const float h = static_cast<float>(silu_d(gu[lane * kPitch + c]) * gu[(32 + lane) * kPitch + c]);
+          quantize_q8_0_value(h, static_cast<int64_t>(pairs[c]) * (F / 32) + f0 / 32, h8.codes, h8.scales);
+        }
+      });
+}
+
 // A stable counting sort of the (token, slot) pairs by expert, in one block. Warp w owns the
 // pairs [w·seg, (w+1)·seg); count[w][e] first counts its pairs of expert e, then becomes the list
 // slot of the next one. Pairs with an invalid expert id are left out and their rows of dn zeroed,
@@ -559,21 +599,47 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
 }
 
 // x has x_rows rows: the tokens, or (x_per_pair) the pairs.
+// The grouped product on activations already quantized for w's int8 tile.
+void expert_gemm_int8(CudaBackend& be, const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k,
+                      QuantizedX xq, bool x_per_pair, float* out) {
+  dim3 grid(blocks_for(N, kGemmRows), static_cast<unsigned>(groups.max_tiles));
+  dispatch_int8_type(w.type, [&](auto i8) {
+    using I = decltype(i8);
+    [[maybe_unused]] static const bool shared_ready =
+        allow_max_shared(expert_gemm_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gemm_int8_kernel shared memory");
+    launch(be.stream(), "expert_gemm_int8_kernel", expert_gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq, x_per_pair, out);
+  });
+}
+
+// Whether gate, up, SwiGLU and h's quantization can be one kernel (expert_gate_up_int8_kernel):
+// gate and up alike on the int8 tile, h in whole Q8_0 chunks, and down taking Q8_0 activations.
+bool fuses_gate_up(const CudaBackend& be, const DeviceMatrix& g, const DeviceMatrix& u, const DeviceMatrix& d, int64_t F) {
+  return be.int8_product(g.type) && g.type == u.type && g.row_bytes == u.row_bytes && F % 32 == 0 &&
+         be.int8_product(d.type) && !int8_block256(d.type);
+}
+
+// h8 = Q8_0(swiglu(gate·x, up·x)) for every routed pair (rows of h8: pairs).
+void expert_gate_up_int8(CudaBackend& be, const DeviceMatrix& g, const DeviceMatrix& u, int64_t F,
+                         const ExpertGroups& groups, int64_t k, const float* x, int64_t T, QuantizeTarget h8) {
+  dispatch_int8_type(g.type, [&](auto i8) {
+    using I = decltype(i8);
+    [[maybe_unused]] static const bool shared_ready = allow_max_shared(
+        expert_gate_up_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gate_up_int8_kernel shared memory");
+    QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, T, g.K);
+    const dim3 grid(static_cast<unsigned>(F / 32), static_cast<unsigned>(groups.max_tiles));
+    launch(be.stream(), "expert_gate_up_int8_kernel", expert_gate_up_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, g.data, u.data, g.row_bytes, g.K, F, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq.view(), h8);
+  });
+}
+
 void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k,
                  const float* x, int64_t x_rows, bool x_per_pair, float* out) {
   cudaStream_t stream = be.stream();
-  if (groups.max_tiles > 65535) fail("moe_experts: ", groups.max_tiles, " column tiles exceed the grid");
-  dim3 grid(blocks_for(N, kGemmRows), static_cast<unsigned>(groups.max_tiles));
   if (be.int8_product(w.type)) {
-    dispatch_int8_type(w.type, [&](auto i8) {
-      using I = decltype(i8);
-      [[maybe_unused]] static const bool shared_ready =
-          allow_max_shared(expert_gemm_int8_kernel<I>, kGemmInt8SharedBytes, "expert_gemm_int8_kernel shared memory");
-      QuantizedActivations xq = quantize_activations(be, I::kBlock256, x, x_rows, w.K);
-      launch(stream, "expert_gemm_int8_kernel", expert_gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, w.K, N, reinterpret_cast<const ExpertTile*>(groups.tiles.i32()), groups.n_tiles.i32(), groups.list.i32(), k, xq.view(), x_per_pair, out);
-    });
+    QuantizedActivations xq = quantize_activations(be, int8_block256(w.type), x, x_rows, w.K);
+    expert_gemm_int8(be, w, N, groups, k, xq.view(), x_per_pair, out);
     return;
   }
+  dim3 grid(blocks_for(N, kGemmRows), static_cast<unsigned>(groups.max_tiles));
   bool ok = dispatch_weight_type(w.type, [&](auto dq) {
     [[maybe_unused]] static const bool shared_ready =
         allow_max_shared(expert_gemm_kernel<decltype(dq)>, kGemmSharedBytes, "expert_gemm_kernel shared memory");
@@ -609,9 +675,10 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
                a.x->f32(), x8.view(), h.f32(), a.out->f32());
     return;
   }
-  Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F), dn = scratch_f32(pairs * H);
+  Tensor dn = scratch_f32(pairs * H);
   if (T <= kMatvecMaxTokens) {
     const int32_t* ids = a.ids->i32();
+    Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F);
     expert_matvec(mg, F, E, ids, k, pairs, a.x->f32(), false, g.f32(), stream_);
     expert_matvec(mu, F, E, ids, k, pairs, a.x->f32(), false, u.f32(), stream_);
     swiglu(g, u, h);
@@ -619,10 +686,18 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   } else {
     // Grouped by expert on the device: no host sync in a prefill MoE.
     ExpertGroups groups = group_pairs(*this, a.ids->i32(), pairs, E, dn.f32(), H);
-    expert_gemm(*this, mg, F, groups, k, a.x->f32(), T, false, g.f32());
-    expert_gemm(*this, mu, F, groups, k, a.x->f32(), T, false, u.f32());
-    swiglu(g, u, h);
-    expert_gemm(*this, md, H, groups, k, h.f32(), pairs, true, dn.f32());
+    if (groups.max_tiles > 65535) fail("moe_experts: ", groups.max_tiles, " column tiles exceed the grid");
+    if (fuses_gate_up(*this, mg, mu, md, F)) {
+      QuantizedActivations h8{scratch_bytes(static_cast<size_t>(pairs * F)), scratch_f32(pairs * F / 32 * 2)};
+      expert_gate_up_int8(*this, mg, mu, F, groups, k, a.x->f32(), T, h8.target());
+      expert_gemm_int8(*this, md, H, groups, k, h8.view(), true, dn.f32());
+    } else {
+      Tensor g = scratch_f32(pairs * F), u = scratch_f32(pairs * F), h = scratch_f32(pairs * F);
+      expert_gemm(*this, mg, F, groups, k, a.x->f32(), T, false, g.f32());
+      expert_gemm(*this, mu, F, groups, k, a.x->f32(), T, false, u.f32());
+      swiglu(g, u, h);
+      expert_gemm(*this, md, H, groups, k, h.f32(), pairs, true, dn.f32());
+    }
   }
   launch(stream_, "moe_combine_kernel", moe_combine_kernel, per_token_grid(H, T, 256), 256, 0, dn.f32(), a.weights->f32(), H, k, T, a.out->f32());
 }
