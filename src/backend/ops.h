@@ -184,6 +184,9 @@ struct QsaAttendArgs {
   const Tensor* n_sel = nullptr;    // I32 [T]
   float scale = 0;                  // softmax scale, 1/sqrt(hd)
   Tensor* out = nullptr;            // [hd·nh, T]: softmax(q·K/…)·V ⊙ sigmoid(gate); q head h uses kv head h/(nh/nh_kv)
+  // ≥ 0 when row t selects exactly the positions 0 .. dense_n0 + t (the indexer keeps every block
+  // while the cache is short, model-spec §4.5): a backend may then attend causally without sel.
+  int64_t dense_n0 = -1;
 };
 
 // Routed experts (model-spec §4.6): out[:, t] = Σ_k w[k,t]·down_e(silu(gate_e·x_t) ⊙ up_e·x_t), e = ids[k,t].

@@ -224,8 +224,12 @@ class Forward {
     trace("qsa.sel", il, sel);
     trace("qsa.n_sel", il, n_sel);
     Tensor o = f32(hd * nh, T_);
+    // While the last row's complete blocks are at most top_blocks, every row keeps all of its blocks
+    // and its tail: its selection is its whole causal prefix.
+    const bool dense = n_end / ratio <= top_blocks;
     be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v, .sel = &sel, .n_sel = &n_sel,
-                    .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o});
+                    .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o,
+                    .dense_n0 = dense ? n0 : -1});
     trace("qsa.attn", il, o);
     Tensor y = mul_mat(w.out, o);
     trace("qsa.out", il, y);

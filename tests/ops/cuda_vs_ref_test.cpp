@@ -402,6 +402,7 @@ struct QsaCase {
   const std::vector<int32_t>&sel, &n_sel;
   int64_t hd, nh, nkv, cap, max_sel, T;
   float scale;
+  int64_t dense_n0 = -1;
 };
 
 std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
@@ -412,7 +413,7 @@ std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
   be.write(tn, c.n_sel.data(), c.n_sel.size() * 4);
   Tensor o = be.alloc_f32(c.hd * c.nh, c.T);
   be.qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn, .scale = c.scale,
-                 .out = &o});
+                 .out = &o, .dense_n0 = c.dense_n0});
   return be.read_f32(o);
 }
 
@@ -766,6 +767,35 @@ TEST_F(CudaVsRef, QsaAttendPrefillTensorCores) {
       const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 1.0f / std::sqrt(static_cast<float>(hd))};
       report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
                    "qsa_attend prefill hd=" + std::to_string(hd) + " G=" + std::to_string(nh / nkv));
+    }
+  }
+}
+
+// Dense prefill attention (every row selects its whole causal prefix, dense_n0 set): tiles of
+// packed (token, head) rows over causal chunks, against the reference reading sel. Token counts
+// from the kernel's minimum (192) up, with a partial last tile; from position 0 and deeper into the
+// cache; 12 and 16 heads per kv head and 5 (a tile's last rows are padding); head widths 256, 128
+// and 64.
+TEST_F(CudaVsRef, QsaAttendPrefillDense) {
+  struct Shape {
+    int64_t T, n0, nh;
+  };
+  const int64_t nkv = 2;
+  for (int64_t hd : {256, 128, 64}) {
+    for (Shape s : {Shape{203, 0, 24}, Shape{197, 37, 24}, Shape{250, 5, 32}, Shape{211, 300, 10}}) {
+      const int64_t cap = s.n0 + s.T + 3, max_sel = s.n0 + s.T;
+      auto q = random_values(hd * s.nh * s.T, 530), gate = random_values(hd * s.nh * s.T, 531);
+      auto kc = random_values(hd * nkv * cap, 532), vc = random_values(hd * nkv * cap, 533);
+      std::vector<int32_t> sel(max_sel * s.T, -1), n_sel(s.T);
+      for (int64_t t = 0; t < s.T; ++t) {
+        n_sel[t] = static_cast<int32_t>(s.n0 + t + 1);
+        for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>(j);
+      }
+      const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, s.nh, nkv, cap, max_sel, s.T,
+                      1.0f / std::sqrt(static_cast<float>(hd)), s.n0};
+      report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
+                   "qsa_attend dense hd=" + std::to_string(hd) + " G=" + std::to_string(s.nh / nkv) +
+                       " T=" + std::to_string(s.T) + " n0=" + std::to_string(s.n0));
     }
   }
 }

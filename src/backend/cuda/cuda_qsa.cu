@@ -580,6 +580,198 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   }
 }
 
+// Dense prefill attention (QsaAttendArgs::dense_n0: every row's selection is its whole causal
+// prefix), a block of 8 warps per (tile of consecutive tokens, kv head). The (token, query head)
+// rows of the tile are packed without per-token padding, kFlashRows of them, 16 a warp: the M rows
+// of split-TF32 m16n8k8 tiles as in qsa_attend_mma_kernel, but each K/V chunk is gathered once for
+// every token of the tile instead of once per token. The block walks positions 0 .. the tile's
+// last one in chunks of 32 (K and V each single-buffered and software-pipelined as in
+// qsa_attend_mma_kernel) and masks causally per row. A warp owns its 16 rows whole: scores,
+// running softmax and the output rows stay in its registers (P is passed to P·V in the
+// accumulator layout, no shared-memory round trip).
+constexpr int kFlashWarps = 8;
+constexpr int kFlashRows = 16 * kFlashWarps;  // Q rows at hd 256 fill 133 KB of shared memory
+constexpr int kFlashChunk = 32;               // positions per chunk
+// Fewer tokens make too few tiles to fill the GPU: the per-token kernel, T·nkv blocks, is then
+// estimated faster (G = 12, nkv = 2: even near 180 tokens; to be measured).
+constexpr int64_t kDenseMinTokens = 192;
+
+// Shared memory of qsa_attend_dense_kernel in 4-byte words: the tile's Q rows, a chunk of K rows and
+// one of V rows, all at pitch hd + 4 (≡ 4 mod 32: every fragment load below is conflict-free).
+size_t dense_attend_words(int64_t hd) { return (kFlashRows + 2 * kFlashChunk) * (hd + 4); }
+
+template <int kHd>
+__global__ void __launch_bounds__(kFlashWarps * 32, 1)
+    qsa_attend_dense_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
+                            const float* __restrict__ vc, int64_t T, int64_t nh, int64_t nkv, int64_t n0, float scale,
+                            float* __restrict__ out) {
+  grid_dependency_wait();
+  extern __shared__ __align__(16) float dense_shared[];
+  constexpr int kPitch = kHd + 4, kPieces = kHd / 4;  // 16-byte pieces of a row
+  const int G = static_cast<int>(nh / nkv), tokens = kFlashRows / G;
+  // The last tiles walk the most positions: they start first.
+  const int64_t t0 = (gridDim.x - 1 - blockIdx.x) * static_cast<int64_t>(tokens), g = blockIdx.y;
+  // The tile's rows that are written (those past them are zeros) and its last position.
+  const int n_rows = static_cast<int>(min(static_cast<int64_t>(tokens), T - t0)) * G;
+  const int64_t last = n0 + t0 + n_rows / G - 1;
+  float* qs = dense_shared;              // [kFlashRows][kPitch]
+  float* ks = qs + kFlashRows * kPitch;  // [kFlashChunk][kPitch]
+  float* vs = ks + kFlashChunk * kPitch;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
+  auto request = [&](const float* cache, int64_t j0, float* dst) {  // zeros past the last position
+    for (int i = tid; i < kFlashChunk * kPieces; i += blockDim.x) {
+      const int j = i / kPieces, c = i % kPieces;
+      float* d = dst + j * kPitch + 4 * c;
+      if (j0 + j <= last)
+        cp_async_16(d, cache + ((j0 + j) * nkv + g) * kHd + 4 * c);
+      else
+        *reinterpret_cast<float4*>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+  };
+  request(kc, 0, ks);
+  request(vc, 0, vs);
+  for (int i = tid; i < kFlashRows * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, c = i % kPieces;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < n_rows) v = *reinterpret_cast<const float4*>(q + ((t0 + r / G) * nh + g * G + r % G) * kHd + 4 * c);
+    *reinterpret_cast<float4*>(qs + r * kPitch + 4 * c) = v;
+  }
+  // This thread's rows 16·warp + gq + 8·h (h = 0, 1): their positions, running max and sum.
+  const int row0 = 16 * warp + gq;
+  const int64_t pos[2] = {n0 + t0 + row0 / G, n0 + t0 + (row0 + 8) / G};
+  const bool active = 16 * warp < n_rows;  // else the warp's rows are all padding
+  float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.0f, 0.0f};
+  float o[kHd / 8][4] = {};  // output dimensions 8·ni + 2·tq + e % 2 of row gq + 8·(e / 2)
+  for (int64_t j0 = 0; j0 <= last; j0 += kFlashChunk) {
+    const bool more = j0 + kFlashChunk <= last;
+    cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
+    __syncthreads();
+    // Scores of positions j0 + 8·ni + 2·tq + e % 2 (accumulator e, row gq + 8·(e / 2)), each 32
+    // dimensions summed on their own (the tensor cores may truncate when they accumulate).
+    float s[4][4] = {};
+    if (active) {
+#pragma unroll 1
+      for (int k0 = 0; k0 < kHd; k0 += 32) {
+        float part[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 32; kk += 8) {
+          const float* q0 = qs + row0 * kPitch + k0 + kk + tq;
+          const SplitTf32 a[4] = {split_tf32(q0[0]), split_tf32(q0[8 * kPitch]), split_tf32(q0[4]),
+                                  split_tf32(q0[8 * kPitch + 4])};
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            const float* kr = ks + (8 * ni + gq) * kPitch + k0 + kk + tq;
+            const SplitTf32 b[2] = {split_tf32(kr[0]), split_tf32(kr[4])};
+            mma_split_tf32(part[ni], a, b);
+          }
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[ni][e] += part[ni][e];
+      }
+    }
+    __syncthreads();  // K is read
+    if (more) request(kc, j0 + kFlashChunk, ks);
+    // Running softmax of each row over its quad (the 4 lanes of one gq), positions past the row's
+    // own masked.
+    float rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& v = s[ni][2 * h + i];
+          v = j0 + 8 * ni + 2 * tq + i <= pos[h] ? v * scale : -INFINITY;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(run_m[h], mx);  // finite: position 0 is in every row's first chunk
+      float l = 0.0f;
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& v = s[ni][2 * h + i];
+          v = v == -INFINITY ? 0.0f : expf(v - m_new);
+          l += v;
+        }
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      rescale[h] = run_m[h] == -INFINITY ? 0.0f : expf(run_m[h] - m_new);
+      run_l[h] = run_l[h] * rescale[h] + l;
+      run_m[h] = m_new;
+    }
+    if (more)
+      cp_async_wait<1>();  // this chunk's V rows have landed (the next chunk's K rows may be in flight)
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    if (active) {
+      // o = o·rescale + P·V. Within each 8 positions, position 2·tq + i is taken as k index tq + 4·i:
+      // then the scores' accumulators are P's A fragments as they lie, and the V rows read match.
+      SplitTf32 p[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        p[kk][0] = split_tf32(s[kk][0]), p[kk][1] = split_tf32(s[kk][2]);
+        p[kk][2] = split_tf32(s[kk][1]), p[kk][3] = split_tf32(s[kk][3]);
+      }
+#pragma unroll
+      for (int n_base = 0; n_base < kHd / 8; n_base += 4) {  // 4 dimension tiles at a time: independent mmas
+        float part[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float* v0 = vs + (8 * kk + 2 * tq) * kPitch + 8 * n_base + gq;
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            const SplitTf32 b[2] = {split_tf32(v0[8 * ni]), split_tf32(v0[kPitch + 8 * ni])};
+            mma_split_tf32(part[ni], p[kk], b);
+          }
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[n_base + ni][e] = fmaf(o[n_base + ni][e], rescale[e / 2], part[ni][e]);
+      }
+    }
+    __syncthreads();  // V is read
+    if (more) request(vc, j0 + kFlashChunk, vs);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + 8 * h;
+    if (r >= n_rows) continue;
+    const int64_t base = ((t0 + r / G) * nh + g * G + r % G) * kHd;
+#pragma unroll
+    for (int ni = 0; ni < kHd / 8; ++ni)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int64_t at = base + 8 * ni + 2 * tq + i;
+        out[at] = static_cast<float>(static_cast<double>(o[ni][2 * h + i] / run_l[h]) * sigmoid_d(gate[at]));
+      }
+  }
+}
+
+template <int kHd>
+void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a) {
+  const int64_t nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), tokens = kFlashRows / (nh / nkv);
+  const size_t smem = dense_attend_words(kHd) * sizeof(float);
+  [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
+    check(cudaFuncSetAttribute(qsa_attend_dense_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "qsa_attend_dense_kernel shared memory");
+    return true;
+  }();
+  const dim3 grid(static_cast<unsigned>((T + tokens - 1) / tokens), static_cast<unsigned>(nkv));
+  launch(stream, "qsa_attend_dense_kernel", qsa_attend_dense_kernel<kHd>, grid, kFlashWarps * 32, smem, a.q->f32(),
+         a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), T, nh, nkv, a.dense_n0, a.scale, a.out->f32());
+}
+
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
 // per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
 // chunks spread over the threads (at depth 32K a head has up to 128 chunks, which every thread
@@ -671,6 +863,14 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   int64_t max_sel = a.sel->ne(0);
   check_qsa_attend(a);
   if (nh * T == 0) return;
+  if (a.dense_n0 >= 0 && T >= kDenseMinTokens && nh / nkv <= kFlashRows) {
+    switch (hd) {
+      case 64: return launch_dense_attend<64>(stream_, a);
+      case 128: return launch_dense_attend<128>(stream_, a);
+      case 192: return launch_dense_attend<192>(stream_, a);
+      case 256: return launch_dense_attend<256>(stream_, a);
+    }
+  }
   if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256) {
     [[maybe_unused]] static const bool shared_ready = [] {  // once, for the widest head
       check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
