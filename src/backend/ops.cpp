@@ -175,8 +175,10 @@ void check_qsa_attend(const QsaAttendArgs& a) {
   expect_shape(*a.sel, {a.sel->ne(0), T, 1, 1}, "qsa_attend", "sel");
   expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
   expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
-  if (a.dense_n0 >= 0 && (a.dense_n0 + T > cap || a.dense_n0 + T > a.sel->ne(0)))
-    fail("qsa_attend: dense rows up to position ", a.dense_n0 + T - 1, " for ", cap, " cached positions and ",
+  if (a.dense_rows < 0 || a.dense_rows > T || a.dense_n0 < 0)
+    fail("qsa_attend: ", a.dense_rows, " dense rows from position ", a.dense_n0, " for ", T, " rows");
+  if (a.dense_rows > 0 && (a.dense_n0 + a.dense_rows > cap || a.dense_n0 + a.dense_rows > a.sel->ne(0)))
+    fail("qsa_attend: dense rows up to position ", a.dense_n0 + a.dense_rows - 1, " for ", cap, " cached positions and ",
          a.sel->ne(0), " slots");
 }
 

@@ -184,9 +184,10 @@ struct QsaAttendArgs {
   const Tensor* n_sel = nullptr;    // I32 [T]
   float scale = 0;                  // softmax scale, 1/sqrt(hd)
   Tensor* out = nullptr;            // [hd·nh, T]: softmax(q·K/…)·V ⊙ sigmoid(gate); q head h uses kv head h/(nh/nh_kv)
-  // ≥ 0 when row t selects exactly the positions 0 .. dense_n0 + t (the indexer keeps every block
-  // while the cache is short, model-spec §4.5): a backend may then attend causally without sel.
-  int64_t dense_n0 = -1;
+  // Rows t < dense_rows select exactly the positions 0 .. dense_n0 + t (the indexer keeps every
+  // block while a row's cache is short, model-spec §4.5): a backend may attend to them causally
+  // without sel. dense_n0 is the first row's position.
+  int64_t dense_n0 = 0, dense_rows = 0;
 };
 
 // Routed experts (model-spec §4.6): out[:, t] = Σ_k w[k,t]·down_e(silu(gate_e·x_t) ⊙ up_e·x_t), e = ids[k,t].

@@ -4,6 +4,7 @@
 // Each line is one backend op on named tensors; every intermediate is offered to the trace hook.
 #include "model/qwen4exp.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -224,12 +225,12 @@ class Forward {
     trace("qsa.sel", il, sel);
     trace("qsa.n_sel", il, n_sel);
     Tensor o = f32(hd * nh, T_);
-    // While the last row's complete blocks are at most top_blocks, every row keeps all of its blocks
-    // and its tail: its selection is its whole causal prefix.
-    const bool dense = n_end / ratio <= top_blocks;
+    // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
+    // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
+    const int64_t dense_rows = std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, T_);
     be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v, .sel = &sel, .n_sel = &n_sel,
                     .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o,
-                    .dense_n0 = dense ? n0 : -1});
+                    .dense_n0 = n0, .dense_rows = dense_rows});
     trace("qsa.attn", il, o);
     Tensor y = mul_mat(w.out, o);
     trace("qsa.out", il, y);

@@ -128,34 +128,41 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
 }
 
 // Pooled keys written directly: 300 blocks (two scan chunks of the selection kernel), a third of
-// them zero (score exactly 0 after the relu) and pairs of equal rows (equal positive scores).
+// them zero (score exactly 0 after the relu) and pairs of equal rows (equal positive scores). A few
+// tokens (decode's warp per block) and 150 (prefill's tiles of 64 tokens × 64 blocks; d = 40 is
+// not a multiple of the tiles' 32-value slices).
 TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
-  int64_t d = 16, nh = 3, ratio = 4, nb = 300;
-  auto pooled_v = random_values(d * nb, 70);
-  for (int64_t b = 0; b < nb; ++b) {
-    if (b % 3 == 1) std::fill(pooled_v.begin() + b * d, pooled_v.begin() + (b + 1) * d, 0.0f);
-    if (b % 7 == 5) std::copy(pooled_v.begin() + (b - 1) * d, pooled_v.begin() + b * d, pooled_v.begin() + b * d);
-  }
-  std::vector<int64_t> pos{0, 3, 9, 150, 700, 1023, 1199, 1201, 1202};
-  int64_t T = static_cast<int64_t>(pos.size());
-  for (int64_t top : {1, 5, 37, 200, 400}) {
-    int64_t max_sel = top * ratio + ratio - 1;
-    auto iq = random_values(d * nh * T, 71 + top);
-    std::vector<int32_t> got[2];
-    std::vector<int32_t> got_n[2];
-    int i = 0;
-    for (Backend* be : {cuda.get(), ref.get()}) {
-      Tensor pooled = upload(*be, pooled_v, {d, nb, 1, 1}), tiq = upload(*be, iq, {d, nh, T, 1});
-      Tensor sel = be->alloc(DType::I32, {max_sel, T, 1, 1}), n_sel = be->alloc(DType::I32, {T, 1, 1, 1});
-      be->qsa_select({.iq = &tiq, .pooled = &pooled, .positions = pos, .ratio = ratio, .top_blocks = top, .sel = &sel,
-                      .n_sel = &n_sel});
-      got[i] = be->read_i32(sel);
-      got_n[i] = be->read_i32(n_sel);
-      ++i;
+  const int64_t nh = 3, ratio = 4, nb = 300;
+  std::vector<int64_t> many;
+  for (int64_t t = 0; t < 150; ++t) many.push_back(t * 8 + t % 5);
+  auto check = [&](const std::vector<int64_t>& pos, int64_t d) {
+    auto pooled_v = random_values(d * nb, 70);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b % 3 == 1) std::fill(pooled_v.begin() + b * d, pooled_v.begin() + (b + 1) * d, 0.0f);
+      if (b % 7 == 5) std::copy(pooled_v.begin() + (b - 1) * d, pooled_v.begin() + b * d, pooled_v.begin() + b * d);
     }
-    EXPECT_EQ(got_n[0], got_n[1]) << "top " << top;
-    EXPECT_EQ(got[0], got[1]) << "top " << top;
-  }
+    const int64_t T = static_cast<int64_t>(pos.size());
+    for (int64_t top : {1, 5, 37, 200, 400}) {
+      int64_t max_sel = top * ratio + ratio - 1;
+      auto iq = random_values(d * nh * T, 71 + top);
+      std::vector<int32_t> got[2];
+      std::vector<int32_t> got_n[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor pooled = upload(*be, pooled_v, {d, nb, 1, 1}), tiq = upload(*be, iq, {d, nh, T, 1});
+        Tensor sel = be->alloc(DType::I32, {max_sel, T, 1, 1}), n_sel = be->alloc(DType::I32, {T, 1, 1, 1});
+        be->qsa_select({.iq = &tiq, .pooled = &pooled, .positions = pos, .ratio = ratio, .top_blocks = top, .sel = &sel,
+                        .n_sel = &n_sel});
+        got[i] = be->read_i32(sel);
+        got_n[i] = be->read_i32(n_sel);
+        ++i;
+      }
+      EXPECT_EQ(got_n[0], got_n[1]) << "T " << T << " top " << top;
+      EXPECT_EQ(got[0], got[1]) << "T " << T << " top " << top;
+    }
+  };
+  check({0, 3, 9, 150, 700, 1023, 1199, 1201, 1202}, 16);
+  check(many, 40);
 }
 
 TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {
@@ -402,7 +409,7 @@ struct QsaCase {
   const std::vector<int32_t>&sel, &n_sel;
   int64_t hd, nh, nkv, cap, max_sel, T;
   float scale;
-  int64_t dense_n0 = -1;
+  int64_t dense_n0 = 0, dense_rows = 0;
 };
 
 std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
@@ -413,7 +420,7 @@ std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
   be.write(tn, c.n_sel.data(), c.n_sel.size() * 4);
   Tensor o = be.alloc_f32(c.hd * c.nh, c.T);
   be.qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn, .scale = c.scale,
-                 .out = &o, .dense_n0 = c.dense_n0});
+                 .out = &o, .dense_n0 = c.dense_n0, .dense_rows = c.dense_rows});
   return be.read_f32(o);
 }
 
@@ -771,31 +778,33 @@ TEST_F(CudaVsRef, QsaAttendPrefillTensorCores) {
   }
 }
 
-// Dense prefill attention (every row selects its whole causal prefix, dense_n0 set): tiles of
+// Dense prefill attention (rows that select their whole causal prefix, dense_rows set): tiles of
 // packed (token, head) rows over causal chunks, against the reference reading sel. Token counts
 // from the kernel's minimum (192) up, with a partial last tile; from position 0 and deeper into the
 // cache; 12 and 16 heads per kv head and 5 (a tile's last rows are padding); head widths 256, 128
-// and 64.
+// and 64; and a call whose last 100 rows select sparsely (every third position left out), which the
+// token-a-block kernel takes in the same call.
 TEST_F(CudaVsRef, QsaAttendPrefillDense) {
   struct Shape {
-    int64_t T, n0, nh;
+    int64_t T, n0, nh, dense;
   };
   const int64_t nkv = 2;
   for (int64_t hd : {256, 128, 64}) {
-    for (Shape s : {Shape{203, 0, 24}, Shape{197, 37, 24}, Shape{250, 5, 32}, Shape{211, 300, 10}}) {
+    for (Shape s : {Shape{203, 0, 24, 203}, Shape{197, 37, 24, 197}, Shape{250, 5, 32, 250}, Shape{211, 300, 10, 211},
+                    Shape{300, 10, 24, 200}}) {
       const int64_t cap = s.n0 + s.T + 3, max_sel = s.n0 + s.T;
       auto q = random_values(hd * s.nh * s.T, 530), gate = random_values(hd * s.nh * s.T, 531);
       auto kc = random_values(hd * nkv * cap, 532), vc = random_values(hd * nkv * cap, 533);
       std::vector<int32_t> sel(max_sel * s.T, -1), n_sel(s.T);
-      for (int64_t t = 0; t < s.T; ++t) {
-        n_sel[t] = static_cast<int32_t>(s.n0 + t + 1);
-        for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>(j);
-      }
+      for (int64_t t = 0; t < s.T; ++t)
+        for (int64_t p = 0; p <= s.n0 + t; ++p)
+          if (t < s.dense || p % 3 != 1) sel[t * max_sel + n_sel[t]++] = static_cast<int32_t>(p);
       const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, s.nh, nkv, cap, max_sel, s.T,
-                      1.0f / std::sqrt(static_cast<float>(hd)), s.n0};
+                      1.0f / std::sqrt(static_cast<float>(hd)), s.n0, s.dense};
       report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
                    "qsa_attend dense hd=" + std::to_string(hd) + " G=" + std::to_string(s.nh / nkv) +
-                       " T=" + std::to_string(s.T) + " n0=" + std::to_string(s.n0));
+                       " T=" + std::to_string(s.T) + " n0=" + std::to_string(s.n0) + " dense rows " +
+                       std::to_string(s.dense));
     }
   }
 }

@@ -127,6 +127,73 @@ __global__ void qsa_score_kernel(const float* iq, const float* pooled, const int
   if (lane == 0) scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
 }
 
+// The same scores for many tokens, as a tiled product: a block of 256 threads scores a tile of
+// kScoreTile tokens × kScoreTile pooled blocks, each thread 4 tokens (ty + 16r) × 4 blocks (tx +
+// 16c), with 32-value slices of the rows staged in shared memory as doubles. Each dot product is
+// summed in FP64 in index order with fused multiply-adds, which round as the reference's loop does
+// (a float product is exact in FP64), so these scores equal the reference's bit for bit.
+constexpr int kScoreTile = 64;
+constexpr int kScoreSlice = 32;
+constexpr int kScorePitch = kScoreSlice + 1;  // doubles: the 16 rows a warp reads fall on distinct banks
+
+__global__ void __launch_bounds__(256)
+    qsa_score_tiled_kernel(const float* __restrict__ iq, const float* __restrict__ pooled,
+                           const int64_t* __restrict__ positions, int64_t T, int64_t d, int64_t nh, int64_t ratio,
+                           int64_t nb_max, double* __restrict__ scores) {
+  grid_dependency_wait();
+  __shared__ double qs[kScoreTile][kScorePitch], ks[kScoreTile][kScorePitch];
+  __shared__ int64_t tile_nb;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScoreTile, b0 = static_cast<int64_t>(blockIdx.y) * kScoreTile;
+  if (tid < 32) {  // the most blocks any token of the tile scores
+    int64_t nb = 0;
+    for (int64_t t = t0 + tid; t < T && t < t0 + kScoreTile; t += 32) nb = max(nb, (positions[t] + 1) / ratio);
+    for (int o = 16; o > 0; o >>= 1) nb = max(nb, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, nb, o)));
+    if (tid == 0) tile_nb = nb;
+  }
+  __syncthreads();
+  if (b0 >= tile_nb) return;
+  double s[4][4] = {};
+  for (int64_t h = 0; h < nh; ++h) {
+    double dot[4][4] = {};
+    for (int64_t i0 = 0; i0 < d; i0 += kScoreSlice) {
+      __syncthreads();  // the previous slice has been read
+      for (int e = tid; e < kScoreTile * kScoreSlice; e += 256) {
+        const int row = e / kScoreSlice, i = e % kScoreSlice;
+        const int64_t t = t0 + row, b = b0 + row;
+        const bool in_d = i0 + i < d;
+        qs[row][i] = t < T && in_d ? static_cast<double>(iq[(t * nh + h) * d + i0 + i]) : 0.0;
+        ks[row][i] = b < nb_max && in_d ? static_cast<double>(pooled[b * d + i0 + i]) : 0.0;
+      }
+      __syncthreads();
+#pragma unroll 8
+      for (int i = 0; i < kScoreSlice; ++i) {
+        double q[4], k[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) q[r] = qs[ty + 16 * r][i], k[r] = ks[tx + 16 * r][i];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) dot[r][c] = fma(q[r], k[c], dot[r][c]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[r][c] += 0.0 < dot[r][c] ? dot[r][c] : 0.0;
+  }
+  const double norm = sqrt(static_cast<double>(d));
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t t = t0 + ty + 16 * r;
+    if (t >= T) continue;
+    const int64_t nb = (positions[t] + 1) / ratio;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (const int64_t b = b0 + tx + 16 * c; b < nb) scores[t * nb_max + b] = s[r][c] / norm;
+  }
+}
+
 // Orders doubles as unsigned integers: a larger score gives a larger key.
 __device__ __forceinline__ uint64_t score_key(double s) {
   uint64_t u = static_cast<uint64_t>(__double_as_longlong(s));
@@ -580,7 +647,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   }
 }
 
-// Dense prefill attention (QsaAttendArgs::dense_n0: every row's selection is its whole causal
+// Dense prefill attention (QsaAttendArgs::dense_rows: rows whose selection is their whole causal
 // prefix), a block of 8 warps per (tile of consecutive tokens, kv head). The (token, query head)
 // rows of the tile are packed without per-token padding, kFlashRows of them, 16 a warp: the M rows
 // of split-TF32 m16n8k8 tiles as in qsa_attend_mma_kernel, but each K/V chunk is gathered once for
@@ -757,9 +824,24 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 1)
   }
 }
 
+// Rows row0 .. of a on the tensor cores, a token a block.
+void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0) {
+  const int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
+  const int64_t max_sel = a.sel->ne(0), row = hd * nh;
+  [[maybe_unused]] static const bool shared_ready = [] {  // once, for the widest head
+    check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(mma_attend_words(256) * sizeof(float))),
+          "qsa_attend_mma_kernel shared memory");
+    return true;
+  }();
+  const size_t smem = mma_attend_words(hd) * sizeof(float);
+  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(), a.sel->i32() + row0 * max_sel, a.n_sel->i32() + row0, hd, nh, nkv, a.k_cache->ne(2), max_sel, a.scale, a.out->f32() + row0 * row);
+}
+
+// The first T rows of a (all dense).
 template <int kHd>
-void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a) {
-  const int64_t nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), tokens = kFlashRows / (nh / nkv);
+void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T) {
+  const int64_t nh = a.q->ne(1), nkv = a.k_cache->ne(1), tokens = kFlashRows / (nh / nkv);
   const size_t smem = dense_attend_words(kHd) * sizeof(float);
   [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
     check(cudaFuncSetAttribute(qsa_attend_dense_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -850,7 +932,10 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   const int64_t* pos_d = cached_upload(a.positions);
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
   double* scores_d = reinterpret_cast<double*>(scores.f32());
-  if (nb_max > 0) {
+  if (nb_max > 0 && T >= kScoreTile) {
+    const dim3 grid(blocks_for(T, kScoreTile), blocks_for(nb_max, kScoreTile));
+    launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, a.iq->f32(), a.pooled->f32(), pos_d, T, d, nh, a.ratio, nb_max, scores_d);
+  } else if (nb_max > 0) {
     dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kThreads / 32));
     launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
   }
@@ -863,25 +948,22 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   int64_t max_sel = a.sel->ne(0);
   check_qsa_attend(a);
   if (nh * T == 0) return;
-  if (a.dense_n0 >= 0 && T >= kDenseMinTokens && nh / nkv <= kFlashRows) {
+  // Prefill on the tensor cores: the leading dense rows by tiles of tokens, the rest a token a block.
+  const bool mma = T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256;
+  const bool dense_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256;
+  const int64_t rest = T - a.dense_rows;
+  if (dense_hd && a.dense_rows >= kDenseMinTokens && nh / nkv <= kFlashRows &&
+      (rest == 0 || (mma && rest >= kMmaMinTokens))) {
     switch (hd) {
-      case 64: return launch_dense_attend<64>(stream_, a);
-      case 128: return launch_dense_attend<128>(stream_, a);
-      case 192: return launch_dense_attend<192>(stream_, a);
-      case 256: return launch_dense_attend<256>(stream_, a);
+      case 64: launch_dense_attend<64>(stream_, a, a.dense_rows); break;
+      case 128: launch_dense_attend<128>(stream_, a, a.dense_rows); break;
+      case 192: launch_dense_attend<192>(stream_, a, a.dense_rows); break;
+      case 256: launch_dense_attend<256>(stream_, a, a.dense_rows); break;
     }
-  }
-  if (T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256) {
-    [[maybe_unused]] static const bool shared_ready = [] {  // once, for the widest head
-      check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(mma_attend_words(256) * sizeof(float))),
-            "qsa_attend_mma_kernel shared memory");
-      return true;
-    }();
-    const size_t smem = mma_attend_words(hd) * sizeof(float);
-    launch(stream_, "qsa_attend_mma_kernel", qsa_attend_mma_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
+    if (rest > 0) launch_mma_attend(stream_, a, a.dense_rows);
     return;
   }
+  if (mma) return launch_mma_attend(stream_, a, 0);
   if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
     // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
