@@ -279,6 +279,12 @@ TEST_P(ModelOps, QsaPoolSelectAttend) {
       }
     }
   expect_close(be->read_f32(out), want, 1e-6, "qsa_attend");
+  // Dense rows (QsaAttendArgs::dense_rows) past the call's rows or past the cache are refused.
+  for (auto [dense_n0, dense_rows] : {std::pair<int64_t, int64_t>{0, T + 1}, {n, 1}, {0, -1}})
+    EXPECT_THROW(be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &sel, .n_sel = &n_sel,
+                                 .scale = scale, .out = &out, .dense_n0 = dense_n0, .dense_rows = dense_rows}),
+                 Error)
+        << "dense rows " << dense_rows << " from " << dense_n0;
 
   Tensor q2 = be->alloc_f32(hd, nh, T), g2 = be->alloc_f32(hd, nh, T);
   std::vector<float> qg(2 * hd * nh * T);
