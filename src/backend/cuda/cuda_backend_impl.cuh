@@ -112,6 +112,8 @@ class CudaBackend final : public Backend {
   // A scratch buffer from the pool, released (stream-ordered) when the returned tensor goes.
   Tensor scratch_f32(int64_t n) { return alloc_raw(DType::F32, {n, 1, 1, 1}, false); }
   Tensor scratch_bytes(size_t bytes) { return alloc_raw(DType::F32, {static_cast<int64_t>((bytes + 3) / 4), 1, 1, 1}, false); }
+  // Scratch for n activations quantized for the int8 products (codes, and a scale pair a chunk).
+  QuantizedActivations q8_scratch(int64_t n) { return {scratch_bytes(static_cast<size_t>(n)), scratch_f32(n / 32 * 2)}; }
   // Host values copied into a scratch buffer (positions, ids).
   template <typename T>
   Tensor upload_scratch(std::span<const T> v) {

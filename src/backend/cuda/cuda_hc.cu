@@ -298,10 +298,9 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);
   // The down and inject products read the same n, in Q8_0 (written by the norm) when their int8
   // products take Q8_0 activations.
-  bool q8_n = false;
-  if (int8_products_ && H % 32 == 0) dispatch_int8_type(down.type, [&](auto i8) { q8_n = !decltype(i8)::kBlock256; });
+  const bool q8_n = int8_product(down.type) && !int8_block256(down.type) && H % 32 == 0;
   QuantizedActivations n8;
-  if (q8_n) n8 = {scratch_bytes(static_cast<size_t>(W * T)), scratch_f32(W * T / 32 * 2)};
+  if (q8_n) n8 = q8_scratch(W * T);
   rms_norm_q8(R, a.norm, H, a.eps, n, n8.target());  // grouped: one gamma per position of the W-wide row
   Tensor m = scratch_f32(W * T);
   const DeviceMatrix* reads_n[] = {&down, inject};

@@ -285,7 +285,7 @@ void decode_products(std::span<const DeviceMatrix* const> ms, std::span<float* c
 
 QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const float* x, int64_t rows, int64_t K) {
   if (K % (block256 ? 256 : 32) != 0) fail("cuda: activations of ", K, " values do not fill ", block256 ? "Q8_K" : "Q8_0", " blocks");
-  QuantizedActivations q{be.scratch_bytes(static_cast<size_t>(rows * K)), be.scratch_f32(rows * K / 32 * 2)};
+  QuantizedActivations q = be.q8_scratch(rows * K);
   auto* codes = reinterpret_cast<int8_t*>(q.codes.f32());
   auto* scales = reinterpret_cast<float2*>(q.scales.f32());
   constexpr int kWarps = 8;
@@ -302,7 +302,7 @@ QuantizeTarget CudaBackend::q8_output(const Tensor& out) {
   const int64_t n = out.n_elements();
   if (!int8_products_ || n % 32 != 0) return {};
   q8_output_ = {.values = out.f32(), .n = n, .op = profiler_.ops_begun(),
-                .q = {scratch_bytes(static_cast<size_t>(n)), scratch_f32(n / 32 * 2)}};
+                .q = q8_scratch(n)};
   return q8_output_.q.target();
 }
 

@@ -583,8 +583,7 @@ ExpertX8Buffers expert_x8(CudaBackend& be, std::initializer_list<GgmlType> types
     const bool block256 = quant::activation_type(type) == GgmlType::Q8_K;
     QuantizedActivations& q = block256 ? b.q8_k : b.q8_0;
     if (!q.codes.empty()) continue;
-    q = fill ? quantize_activations(be, block256, x, T, K)
-             : QuantizedActivations{be.scratch_bytes(static_cast<size_t>(T * K)), be.scratch_f32(T * K / 32 * 2)};
+    q = fill ? quantize_activations(be, block256, x, T, K) : be.q8_scratch(T * K);
   }
   return b;
 }
@@ -598,7 +597,6 @@ void expert_matvec(const DeviceMatrix& w, int64_t N, int64_t E, const int32_t* i
   if (!ok) fail("cuda moe_experts: no decoder for ", type_name(w.type));
 }
 
-// x has x_rows rows: the tokens, or (x_per_pair) the pairs.
 // The grouped product on activations already quantized for w's int8 tile.
 void expert_gemm_int8(CudaBackend& be, const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k,
                       QuantizedX xq, bool x_per_pair, float* out) {
@@ -631,6 +629,7 @@ void expert_gate_up_int8(CudaBackend& be, const DeviceMatrix& g, const DeviceMat
   });
 }
 
+// x has x_rows rows: the tokens, or (x_per_pair) the pairs.
 void expert_gemm(CudaBackend& be, const DeviceMatrix& w, int64_t N, const ExpertGroups& groups, int64_t k,
                  const float* x, int64_t x_rows, bool x_per_pair, float* out) {
   cudaStream_t stream = be.stream();
@@ -688,7 +687,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     ExpertGroups groups = group_pairs(*this, a.ids->i32(), pairs, E, dn.f32(), H);
     if (groups.max_tiles > 65535) fail("moe_experts: ", groups.max_tiles, " column tiles exceed the grid");
     if (fuses_gate_up(*this, mg, mu, md, F)) {
-      QuantizedActivations h8{scratch_bytes(static_cast<size_t>(pairs * F)), scratch_f32(pairs * F / 32 * 2)};
+      QuantizedActivations h8 = q8_scratch(pairs * F);
       expert_gate_up_int8(*this, mg, mu, F, groups, k, a.x->f32(), T, h8.target());
       expert_gemm_int8(*this, md, H, groups, k, h8.view(), true, dn.f32());
     } else {
