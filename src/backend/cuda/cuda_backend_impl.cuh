@@ -165,6 +165,8 @@ class CudaBackend final : public Backend {
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
   bool hc_read_decodes(const HcReadArgs& a);
   void hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
+  bool hc_read_tiles(const HcReadArgs& a);
+  void hc_read_tiled(const HcReadArgs& a, const float* y, const float* write_w);
 
  private:
   Tensor alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero);

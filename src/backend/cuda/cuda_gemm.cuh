@@ -60,6 +60,10 @@ inline unsigned gemm_row_blocks(int64_t N) {
   return blocks_for(N, kGemmRows);
 }
 
+// K splits for a product of `tiles` blocks at blocks_per_sm a multiprocessor: chunks per split
+// (cuda_matmul.cu).
+int64_t split_chunks_for(int64_t tiles, int64_t K, int blocks_per_sm);
+
 // A warp's 32 × 32 accumulators (acc[m16 tile][n8 tile][e], fragment coordinates g, t) to rows
 // row0 + .. (< N) and columns col0 + .. (< n_cols) of out: accumulator e of a tile is its row
 // g + 8·(e / 2), column 2t + e % 2.

@@ -228,6 +228,112 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
 // are [s·H/16, (s + 1)·H/16). Q4_K's units cover their 256-value block; the others 16 values.
 bool units_follow_streams(GgmlType type, int64_t H) { return H % (type == GgmlType::Q4_K ? 256 : kUnit) == 0; }
 
+// Prefill on int8 products (hc_read_tiles): a block of up rows holds kTilePositions positions of
+// every stream, so that its epilogue can mix the streams into x.
+constexpr int kTilePositions = kGemmRows / kDecodeStreams;
+
+// Prefill norm, a block per (token, stream) as rms_norm_kernel: the pending write R += w·y (stored)
+// when y is set, rinv = 1/rms (for the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down
+// and inject products, rounded as rms_norm_kernel rounds n. n itself never goes to memory.
+__global__ void hc_norm_q8_kernel(float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
+                                  const float* __restrict__ gamma, int64_t H, int64_t S, float eps,
+                                  double* __restrict__ rinv, QuantizeTarget n8) {
+  grid_dependency_wait();
+  const int64_t gi = blockIdx.x, t = gi / S, s = gi % S;
+  float* Rg = R + gi * H;
+  if (y)
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) Rg[i] = written(Rg[i], write_w[gi], y[t * H + i]);
+  const double r = block_inv_rms(Rg, H, eps);  // each thread reads back the positions it wrote
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+    const float n = static_cast<float>(Rg[i] * r * static_cast<double>(gamma[s * H + i]));
+    quantize_q8_0_value(n, (gi * H + i) / 32, n8.codes, n8.scales);
+  }
+  if (threadIdx.x == 0) rinv[gi] = r;
+}
+
+// Prefill down and inject products as one: rows [down; inject] (inject's S rows after down's r),
+// n_rows in all, on n's codes, K split as split_product splits it; part[z][t][row] holds split z.
+template <typename I>
+__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
+    hc_down_inject_tile_kernel(const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t row_bytes,
+                               int64_t r, int64_t n_rows, int64_t K, int64_t split_chunks, QuantizedX n8, int64_t T,
+                               float* __restrict__ part) {
+  grid_dependency_wait();
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, n0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
+  const int64_t c_begin = blockIdx.z * split_chunks, c_end = min(c_begin + split_chunks, K / 32);
+  const int n_cols = T - t0 < kGemmCols ? static_cast<int>(T - t0) : kGemmCols;
+  gemm_int8_tile_rows<I>(
+      [=](int i) {
+        const int64_t row = n0 + i;
+        return row < r ? down + row * row_bytes : inject + (row - r) * row_bytes;
+      },
+      n_rows - n0 < kGemmRows ? n_rows - n0 : kGemmRows, K, c_begin, c_end, n_cols, n8, [=](int c) { return t0 + c; },
+      [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
+        store_warp_tile(acc, n0 + warp_row, warp_col, g, t, n_rows, n_cols, part + blockIdx.z * T * n_rows,
+                        [=](int c) { return t0 + c; });
+      });
+}
+
+// Prefill: token t's block sums the splits of its n_rows products in split order (as
+// sum_splits_kernel), then writes lo = silu(v / S) for rows < r as Q8_0 codes for the up tiles (a
+// warp a chunk; r a multiple of 32) and the inject weights 2·sigmoid(v / S) for the rest.
+__global__ void hc_lo_inject_kernel(const float* __restrict__ part, int splits, int64_t T, int64_t r, int64_t n_rows,
+                                    double inv_s, QuantizeTarget lo8, float* __restrict__ inject_w) {
+  grid_dependency_wait();
+  const int64_t t = blockIdx.x, row = threadIdx.x;
+  if (row >= n_rows) return;
+  float v = part[t * n_rows + row];
+  for (int z = 1; z < splits; ++z) v += part[(z * T + t) * n_rows + row];
+  if (row < r)
+    quantize_q8_0_value(static_cast<float>(silu_d(v * inv_s)), t * (r / 32) + row / 32, lo8.codes, lo8.scales);
+  else
+    inject_w[t * (n_rows - r) + row - r] = static_cast<float>(2.0 * sigmoid_d(v * inv_s));
+}
+
+// Prefill up product with the mix as its epilogue. Block (token tile, position tile) takes up rows
+// s·H + p0 + i (i < kTilePositions) of every stream s on lo's codes, so its sums are m_s of
+// kTilePositions positions × 64 tokens, and forms x = (1/S) Σ_s sigmoid(m_s)·n_s in stream order,
+// n_s = R·rinv·gamma as the norm rounded it: hc_mix_kernel's sums, without m or n in memory.
+template <typename I>
+__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
+    hc_up_mix_tile_kernel(const uint8_t* __restrict__ up, uint64_t row_bytes, int64_t r, int64_t H, int64_t T,
+                          QuantizedX lo8, const float* __restrict__ R, const double* __restrict__ rinv,
+                          const float* __restrict__ gamma, float* __restrict__ x) {
+  grid_dependency_wait();
+  constexpr int S = kDecodeStreams;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, p0 = static_cast<int64_t>(blockIdx.y) * kTilePositions;
+  const int n_cols = T - t0 < kGemmCols ? static_cast<int>(T - t0) : kGemmCols;
+  gemm_int8_tile_rows<I>(
+      [=](int row) { return up + ((row / kTilePositions) * H + p0 + row % kTilePositions) * row_bytes; }, kGemmRows, r,
+      0, r / 32, n_cols, lo8, [=](int c) { return t0 + c; },
+      [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
+        extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
+        constexpr int kPitch = kGemmCols + 1;
+        float* m = reinterpret_cast<float*>(gemm_int8_shared);  // [64 rows][kPitch]
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              m[(warp_row + mi * 16 + g + 8 * (e / 2)) * kPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
+        __syncthreads();
+        const int i = threadIdx.x % kTilePositions;
+        const int64_t p = p0 + i;
+        for (int c = threadIdx.x / kTilePositions; c < n_cols; c += kGemmThreads / kTilePositions) {
+          const int64_t tok = t0 + c;
+          double mix = 0;
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            const int64_t k = s * H + p;
+            const float n = static_cast<float>(R[tok * S * H + k] * rinv[tok * S + s] * static_cast<double>(gamma[k]));
+            mix += sigmoid_d(m[(s * kTilePositions + i) * kPitch + c]) * n;
+          }
+          x[tok * H + p] = static_cast<float>(mix / S);
+        }
+      });
+}
+
 // One block per (token, stream).
 __global__ void ple_gate_kernel(const float* key, const float* qry, const float* val, int64_t H, int64_t S,
                                 float* out) {
@@ -279,11 +385,61 @@ void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const floa
   });
 }
 
+// Whether hc_read of a runs on the prefill tiles (hc_read_tiled): four streams, and down, inject
+// and up products on int8 tiles with Q8_0 activations, the only form of n and lo they are given.
+bool CudaBackend::hc_read_tiles(const HcReadArgs& a) {
+  const int64_t S = a.n_streams, W = a.R->ne(0), H = W / S, r = a.down->ne[1];
+  const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
+  const auto on_q8_0 = [&](const DeviceMatrix& m) { return int8_product(m.type) && !int8_block256(m.type); };
+  const bool inject_like_down =
+      !a.inject || (matrix(*a.inject).type == down.type && matrix(*a.inject).row_bytes == down.row_bytes);
+  return a.R->ne(1) > kMatvecMaxTokens && S == kDecodeStreams && H % kTilePositions == 0 && H % 32 == 0 && r % 32 == 0 &&
+         r + S <= 1024 && on_q8_0(down) && on_q8_0(up) && inject_like_down;
+}
+
+// Prefill hc_read on int8 tiles, after the write R += write_w ⊙ y when y is set: the norm kernel
+// (write, rinv, n's codes), the down and inject products, lo's codes, and the up tiles that mix
+// the streams into x. Against a norm that stores n, an up product that stores m and a mix kernel,
+// n and m (each T × W floats) are neither written nor read back, and the write needs no launch.
+void CudaBackend::hc_read_tiled(const HcReadArgs& a, const float* y, const float* write_w) {
+  const int64_t S = a.n_streams, W = a.R->ne(0), T = a.R->ne(1), H = W / S, r = a.down->ne[1];
+  const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
+  const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
+  const float* gamma = values(*a.norm);
+  Tensor rinv = scratch_bytes(static_cast<size_t>(S * T) * sizeof(double));
+  auto* rinv_d = reinterpret_cast<double*>(rinv.f32());
+  QuantizedActivations n8 = q8_scratch(W * T);
+  const int threads = static_cast<int>(std::min<int64_t>(256, H));
+  launch(stream_, "hc_norm_q8_kernel", hc_norm_q8_kernel, static_cast<unsigned>(S * T), threads, 0, a.R->f32(), y, write_w, gamma, H, S, a.eps, rinv_d, n8.target());
+  const int64_t n_rows = r + (inject ? S : 0);
+  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(n_rows);
+  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, W, kGemmInt8BlocksPerSm);
+  const int splits = static_cast<int>((W / 32 + split_chunks - 1) / split_chunks);
+  Tensor part = scratch_f32(splits * T * n_rows);
+  QuantizedActivations lo8 = q8_scratch(r * T);
+  dispatch_int8_type(down.type, [&](auto i8) {
+    using I = decltype(i8);
+    [[maybe_unused]] static const bool shared_ready = allow_max_shared(
+        hc_down_inject_tile_kernel<I>, kGemmInt8SharedBytes, "hc_down_inject_tile_kernel shared memory");
+    launch(stream_, "hc_down_inject_tile_kernel", hc_down_inject_tile_kernel<I>, dim3(col_tiles, row_tiles, static_cast<unsigned>(splits)), kGemmThreads, kGemmInt8SharedBytes, down.data, inject ? inject->data : nullptr, down.row_bytes, r, n_rows, W, split_chunks, n8.view(), T, part.f32());
+  });
+  launch(stream_, "hc_lo_inject_kernel", hc_lo_inject_kernel, static_cast<unsigned>(T), static_cast<unsigned>((n_rows + 31) / 32 * 32), 0, part.f32(), splits, T, r, n_rows, 1.0 / S, lo8.target(), inject ? a.inject_w->f32() : nullptr);
+  dispatch_int8_type(up.type, [&](auto i8) {
+    using I = decltype(i8);
+    [[maybe_unused]] static const bool shared_ready =
+        allow_max_shared(hc_up_mix_tile_kernel<I>, kGemmInt8SharedBytes, "hc_up_mix_tile_kernel shared memory");
+    const dim3 grid(col_tiles, static_cast<unsigned>(H / kTilePositions));
+    launch(stream_, "hc_up_mix_tile_kernel", hc_up_mix_tile_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, up.data, up.row_bytes, r, H, T, lo8.view(), a.R->f32(), rinv_d, gamma, a.x->f32());
+  });
+}
+
 void CudaBackend::hc_write_read(Tensor& R, const Tensor& y, const Tensor& inject_w, const HcReadArgs& a) {
   check_hc_write_read(R, y, inject_w, a);
-  if (!hc_read_decodes(a)) return Backend::hc_write_read(R, y, inject_w, a);
+  const bool decodes = hc_read_decodes(a);
+  if (!decodes && !hc_read_tiles(a)) return Backend::hc_write_read(R, y, inject_w, a);
   OpScope scope(profiler_, "hc_write_read", R.ne(1), stream_);
-  hc_read_decode(a, y.f32(), inject_w.f32());
+  if (decodes) return hc_read_decode(a, y.f32(), inject_w.f32());
+  hc_read_tiled(a, y.f32(), inject_w.f32());
 }
 
 void CudaBackend::hc_read(const HcReadArgs& a) {
@@ -293,6 +449,7 @@ void CudaBackend::hc_read(const HcReadArgs& a) {
   int64_t S = a.n_streams, W = R.ne(0), T = R.ne(1), H = W / S, r = a.down->ne[1];
   if (T == 0) return;
   if (hc_read_decodes(a)) return hc_read_decode(a, nullptr, nullptr);
+  if (hc_read_tiles(a)) return hc_read_tiled(a, nullptr, nullptr);
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
   Tensor n = scratch_f32(W * T).reshaped({W, T, 1, 1}), lo = scratch_f32(r * T);

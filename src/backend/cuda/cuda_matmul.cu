@@ -18,6 +18,26 @@
 
 namespace regolith::cuda {
 
+// K splits for a product of `tiles` blocks: one while the tiles fill the GPU (blocks_per_sm a
+// multiprocessor), else enough for about four waves, each split at least two stages long (pp2048
+// on an H200: 1683 tok/s for one wave, 1697 for two, 1714 for four). Returns the chunks per split,
+// a multiple of the stage (4 chunks in both tiles).
+int64_t split_chunks_for(int64_t tiles, int64_t K, int blocks_per_sm) {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    return n;
+  }();
+  const int64_t wave = static_cast<int64_t>(sms) * blocks_per_sm;
+  constexpr int64_t kStage = gemm_detail::kStepChunks;
+  static_assert(kStage == i8_detail::kStageChunks);
+  const int64_t n_chunks = (K + 31) / 32;
+  const int64_t splits = tiles >= wave ? 1 : std::min((4 * wave + tiles - 1) / tiles, n_chunks / (2 * kStage));
+  if (splits <= 1) return n_chunks;
+  return ((n_chunks + splits - 1) / splits + kStage - 1) / kStage * kStage;
+}
+
 namespace {
 
 constexpr int kMatvecWarps = 4;
@@ -182,26 +202,6 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int
   float s = part[i];
   for (int z = 1; z < splits; ++z) s += part[z * n + i];
   out[i] = s;
-}
-
-// K splits for a product of `tiles` blocks: one while the tiles fill the GPU (blocks_per_sm a
-// multiprocessor), else enough for about four waves, each split at least two stages long (pp2048
-// on an H200: 1683 tok/s for one wave, 1697 for two, 1714 for four). Returns the chunks per split,
-// a multiple of the stage (4 chunks in both tiles).
-int64_t split_chunks_for(int64_t tiles, int64_t K, int blocks_per_sm) {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    return n;
-  }();
-  const int64_t wave = static_cast<int64_t>(sms) * blocks_per_sm;
-  constexpr int64_t kStage = gemm_detail::kStepChunks;
-  static_assert(kStage == i8_detail::kStageChunks);
-  const int64_t n_chunks = (K + 31) / 32;
-  const int64_t splits = tiles >= wave ? 1 : std::min((4 * wave + tiles - 1) / tiles, n_chunks / (2 * kStage));
-  if (splits <= 1) return n_chunks;
-  return ((n_chunks + splits - 1) / splits + kStage - 1) / kStage * kStage;
 }
 
 // A tiled product of N rows by T tokens over K: launch_tiles(grid, split_chunks, dst) launches the
