@@ -10,7 +10,7 @@
 // Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
-#include "backend/cuda/cuda_gemm_int8.cuh"
+#include "backend/cuda/cuda_gemm_int8_stacked.cuh"
 
 namespace regolith::cuda {
 
@@ -251,43 +251,23 @@ __global__ void hc_norm_q8_kernel(float* __restrict__ R, const float* __restrict
   if (threadIdx.x == 0) rinv[gi] = r;
 }
 
-// Prefill down and inject products as one: rows [down; inject] (inject's S rows after down's r),
-// n_rows in all, on n's codes, K split as split_product splits it; part[z][t][row] holds split z.
-template <typename I>
-__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
-    hc_down_inject_tile_kernel(const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t row_bytes,
-                               int64_t r, int64_t n_rows, int64_t K, int64_t split_chunks, QuantizedX n8, int64_t T,
-                               float* __restrict__ part) {
-  grid_dependency_wait();
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, n0 = static_cast<int64_t>(blockIdx.y) * kGemmRows;
-  const int64_t c_begin = blockIdx.z * split_chunks, c_end = min(c_begin + split_chunks, K / 32);
-  const int n_cols = T - t0 < kGemmCols ? static_cast<int>(T - t0) : kGemmCols;
-  gemm_int8_tile_rows<I>(
-      [=](int i) {
-        const int64_t row = n0 + i;
-        return row < r ? down + row * row_bytes : inject + (row - r) * row_bytes;
-      },
-      n_rows - n0 < kGemmRows ? n_rows - n0 : kGemmRows, K, c_begin, c_end, n_cols, n8, [=](int c) { return t0 + c; },
-      [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
-        store_warp_tile(acc, n0 + warp_row, warp_col, g, t, n_rows, n_cols, part + blockIdx.z * T * n_rows,
-                        [=](int c) { return t0 + c; });
-      });
-}
-
-// Prefill: token t's block sums the splits of its n_rows products in split order (as
-// sum_splits_kernel), then writes lo = silu(v / S) for rows < r as Q8_0 codes for the up tiles (a
-// warp a chunk; r a multiple of 32) and the inject weights 2·sigmoid(v / S) for the rest.
+// Prefill: token t's block sums the split partials of the down (rows < r) and inject products
+// (gemm_int8_kernel's layout: split z of down at part + z·T·n_rows, [T][r], of inject after T·r
+// values of it, [T][S]) in split order as sum_splits_kernel sums them, then writes lo = silu(v / S)
+// as Q8_0 codes for the up tiles (a warp a chunk; r a multiple of 32) and the inject weights
+// 2·sigmoid(v / S).
 __global__ void hc_lo_inject_kernel(const float* __restrict__ part, int splits, int64_t T, int64_t r, int64_t n_rows,
                                     double inv_s, QuantizeTarget lo8, float* __restrict__ inject_w) {
   grid_dependency_wait();
-  const int64_t t = blockIdx.x, row = threadIdx.x;
+  const int64_t t = blockIdx.x, row = threadIdx.x, S = n_rows - r;
   if (row >= n_rows) return;
-  float v = part[t * n_rows + row];
-  for (int z = 1; z < splits; ++z) v += part[(z * T + t) * n_rows + row];
+  const int64_t at = row < r ? t * r + row : T * r + t * S + row - r;
+  float v = part[at];
+  for (int z = 1; z < splits; ++z) v += part[z * T * n_rows + at];
   if (row < r)
     quantize_q8_0_value(static_cast<float>(silu_d(v * inv_s)), t * (r / 32) + row / 32, lo8.codes, lo8.scales);
   else
-    inject_w[t * (n_rows - r) + row - r] = static_cast<float>(2.0 * sigmoid_d(v * inv_s));
+    inject_w[t * S + row - r] = static_cast<float>(2.0 * sigmoid_d(v * inv_s));
 }
 
 // Prefill up product with the mix as its epilogue. Block (token tile, position tile) takes up rows
@@ -411,24 +391,20 @@ void CudaBackend::hc_read_tiled(const HcReadArgs& a, const float* y, const float
   QuantizedActivations n8 = q8_scratch(W * T);
   const int threads = static_cast<int>(std::min<int64_t>(256, H));
   launch(stream_, "hc_norm_q8_kernel", hc_norm_q8_kernel, static_cast<unsigned>(S * T), threads, 0, a.R->f32(), y, write_w, gamma, H, S, a.eps, rinv_d, n8.target());
-  const int64_t n_rows = r + (inject ? S : 0);
-  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(n_rows);
-  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, W, kGemmInt8BlocksPerSm);
-  const int splits = static_cast<int>((W / 32 + split_chunks - 1) / split_chunks);
-  Tensor part = scratch_f32(splits * T * n_rows);
-  QuantizedActivations lo8 = q8_scratch(r * T);
+  const DeviceMatrix* reads_n[] = {&down, inject};
+  float* no_outputs[] = {nullptr, nullptr};  // the partials are the outputs
+  StackedProduct lo_inject;
   dispatch_int8_type(down.type, [&](auto i8) {
-    using I = decltype(i8);
-    [[maybe_unused]] static const bool shared_ready = allow_max_shared(
-        hc_down_inject_tile_kernel<I>, kGemmInt8SharedBytes, "hc_down_inject_tile_kernel shared memory");
-    launch(stream_, "hc_down_inject_tile_kernel", hc_down_inject_tile_kernel<I>, dim3(col_tiles, row_tiles, static_cast<unsigned>(splits)), kGemmThreads, kGemmInt8SharedBytes, down.data, inject ? inject->data : nullptr, down.row_bytes, r, n_rows, W, split_chunks, n8.view(), T, part.f32());
+    lo_inject = launch_int8_stacked<decltype(i8)>(*this, std::span(reads_n, inject ? 2 : 1), no_outputs, n8, T, true);
   });
-  launch(stream_, "hc_lo_inject_kernel", hc_lo_inject_kernel, static_cast<unsigned>(T), static_cast<unsigned>((n_rows + 31) / 32 * 32), 0, part.f32(), splits, T, r, n_rows, 1.0 / S, lo8.target(), inject ? a.inject_w->f32() : nullptr);
+  const int64_t n_rows = lo_inject.rows;
+  QuantizedActivations lo8 = q8_scratch(r * T);
+  launch(stream_, "hc_lo_inject_kernel", hc_lo_inject_kernel, static_cast<unsigned>(T), static_cast<unsigned>((n_rows + 31) / 32 * 32), 0, lo_inject.part.f32(), lo_inject.splits, T, r, n_rows, 1.0 / S, lo8.target(), inject ? a.inject_w->f32() : nullptr);
   dispatch_int8_type(up.type, [&](auto i8) {
     using I = decltype(i8);
     [[maybe_unused]] static const bool shared_ready =
         allow_max_shared(hc_up_mix_tile_kernel<I>, kGemmInt8SharedBytes, "hc_up_mix_tile_kernel shared memory");
-    const dim3 grid(col_tiles, static_cast<unsigned>(H / kTilePositions));
+    const dim3 grid(blocks_for(T, kGemmCols), static_cast<unsigned>(H / kTilePositions));
     launch(stream_, "hc_up_mix_tile_kernel", hc_up_mix_tile_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, up.data, up.row_bytes, r, H, T, lo8.view(), a.R->f32(), rinv_d, gamma, a.x->f32());
   });
 }

@@ -12,7 +12,7 @@
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
-#include "backend/cuda/cuda_gemm_int8.cuh"
+#include "backend/cuda/cuda_gemm_int8_stacked.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
@@ -166,20 +166,6 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
       [=](int tt) { return t0 + tt; });
 }
 
-// The int8 twin of gemm_kernel: the same grid over xq, the quantized activations.
-template <typename I>
-__global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
-    gemm_int8_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t split_chunks, int64_t N,
-                     QuantizedX xq, int64_t T, float* __restrict__ out) {
-  grid_dependency_wait();
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, c_begin = blockIdx.z * split_chunks;
-  const int64_t c_end = min(c_begin + split_chunks, K / 32);
-  gemm_int8_tile<I>(
-      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(blockIdx.y) * kGemmRows,
-      T - t0 < kGemmCols ? T - t0 : kGemmCols, xq, [=](int tt) { return t0 + tt; }, out + blockIdx.z * T * N,
-      [=](int tt) { return t0 + tt; });
-}
-
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ codes,
                                      float2* __restrict__ scales) {
   grid_dependency_wait();
@@ -194,13 +180,14 @@ __global__ void quantize_q8_k_kernel(const float* __restrict__ x, int64_t n_bloc
   if (b < n_blocks) quantize_q8_k_block(x, b, codes, scales);
 }
 
-// out[i] = Σ_z part[z·n + i] over the splits in order.
-__global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int splits, float* __restrict__ out) {
+// out[i] = Σ_z part[z·stride + i] (i < n) over the splits in order.
+__global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int splits, int64_t stride,
+                                  float* __restrict__ out) {
   grid_dependency_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float s = part[i];
-  for (int z = 1; z < splits; ++z) s += part[z * n + i];
+  for (int z = 1; z < splits; ++z) s += part[z * stride + i];
   out[i] = s;
 }
 
@@ -215,7 +202,7 @@ void split_product(CudaBackend& be, int64_t N, int64_t K, int64_t T, int blocks_
   const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
   Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
   launch_tiles(dim3(col_tiles, row_tiles, static_cast<unsigned>(splits)), split_chunks, splits > 1 ? part.f32() : out);
-  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, out);
+  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, T * N, out);
 }
 
 template <typename D>
@@ -240,15 +227,17 @@ void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64
   }
 }
 
-// The int8 tile's product (T > kMatvecMaxTokens) on activations xq quantized for I.
+// The int8 tile's products (T > kMatvecMaxTokens) of at most kMaxStacked matrices of one type on
+// activations xq quantized for I, in one launch; split partial products summed in split order.
 template <typename I>
-void launch_int8_matmul(CudaBackend& be, const DeviceMatrix& w, const QuantizedActivations& xq, int64_t T, float* out,
-                        cudaStream_t stream) {
-  [[maybe_unused]] static const bool shared_ready = allow_max_shared(gemm_int8_kernel<I>, kGemmInt8SharedBytes, "gemm_int8_kernel shared memory");
-  const int64_t N = w.n_rows, K = w.K;
-  split_product(be, N, K, T, kGemmInt8BlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
-    launch(stream, "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, w.data, w.row_bytes, K, split_chunks, N, xq.view(), T, dst);
-  });
+void launch_int8_matmul(CudaBackend& be, std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
+                        const QuantizedActivations& xq, int64_t T, cudaStream_t stream) {
+  const StackedProduct p = launch_int8_stacked<I>(be, ms, outs, xq, T, false);
+  if (p.splits == 1) return;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const int64_t n = T * ms[i]->n_rows;
+    launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(n, 256), 256, 0, p.partial(i, T), n, p.splits, T * p.rows, outs[i]);
+  }
 }
 
 // x [T][K] as the products that share it read it: FP32, or in an int8 format (Q8_0, Q8_K)
@@ -330,7 +319,9 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
   if (T > kMatvecMaxTokens && int8_product(w.type)) {
     dispatch_int8_type(w.type, [&](auto i8) {
       using I = decltype(i8);
-      launch_int8_matmul<I>(*this, w, quantize_activations(*this, I::kBlock256, x, T, w.K), T, out, stream_);
+      const DeviceMatrix* ms[] = {&w};
+      float* outs[] = {out};
+      launch_int8_matmul<I>(*this, ms, outs, quantize_activations(*this, I::kBlock256, x, T, w.K), T, stream_);
     });
     return;
   }
@@ -358,36 +349,31 @@ void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const f
                                 std::span<float* const> outs, const QuantizedActivations* x_q8) {
   // The int8 products quantize x once per activation format (Q8_0, Q8_K) and share it.
   SharedX shared(*this, x, T, K, x_q8);
-  // Decode: the matrices of one type with a unit loader go out in one launch; the rest one by one.
+  // The matrices of one type go out in one launch (at most `limit` of them); the rest one by one.
   std::vector<const DeviceMatrix*> batch;
   std::vector<float*> batch_out;
   std::vector<bool> done(ms.size(), false);
-  if (T <= kMatvecMaxTokens) {
-    for (size_t i = 0; i < ms.size(); ++i) {
-      const DeviceMatrix& first = *ms[i];
-      if (done[i] || !has_unit_loader(first.type, K)) continue;
-      batch.clear();
-      batch_out.clear();
-      for (size_t j = i; j < ms.size() && batch.size() < kMaxSegments; ++j) {
-        const DeviceMatrix& m = *ms[j];
-        if (done[j] || m.type != first.type || m.n_rows == 0) continue;
-        batch.push_back(&m);
-        batch_out.push_back(outs[j]);
-        done[j] = true;
-      }
-      if (!batch.empty()) decode_products(batch, batch_out, shared);
+  const auto take_batch = [&](size_t first, size_t limit) {  // ms[first]'s type, from ms[first] on
+    batch.clear();
+    batch_out.clear();
+    for (size_t j = first; j < ms.size() && batch.size() < limit; ++j) {
+      if (done[j] || ms[j]->type != ms[first]->type || ms[j]->n_rows == 0) continue;
+      batch.push_back(ms[j]);
+      batch_out.push_back(outs[j]);
+      done[j] = true;
     }
-  }
-  // Prefill: the int8 tile's products.
-  if (T > kMatvecMaxTokens) {
-    for (size_t i = 0; i < ms.size(); ++i) {
-      const DeviceMatrix& m = *ms[i];
-      if (m.n_rows == 0 || !int8_product(m.type)) continue;
-      dispatch_int8_type(m.type, [&](auto i8) {
+  };
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (done[i]) continue;
+    if (T <= kMatvecMaxTokens && has_unit_loader(ms[i]->type, K)) {  // decode
+      take_batch(i, kMaxSegments);
+      if (!batch.empty()) decode_products(batch, batch_out, shared);
+    } else if (T > kMatvecMaxTokens && ms[i]->n_rows > 0 && int8_product(ms[i]->type)) {  // prefill: the int8 tile
+      take_batch(i, kMaxStacked);
+      dispatch_int8_type(ms[i]->type, [&](auto i8) {
         using I = decltype(i8);
-        launch_int8_matmul<I>(*this, m, shared.in_format(I::kBlock256), T, outs[i], stream_);
+        launch_int8_matmul<I>(*this, batch, batch_out, shared.in_format(I::kBlock256), T, stream_);
       });
-      done[i] = true;
     }
   }
   for (size_t i = 0; i < ms.size(); ++i)
