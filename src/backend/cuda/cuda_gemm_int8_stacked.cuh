@@ -13,7 +13,7 @@ namespace regolith::cuda {
 // for one launch: matrix i's row tiles are tiles [first_tile[i], first_tile[i + 1]) of grid.y (no
 // tile spans two), so that small ones (GDN's a and b rows, QSA's k, v and indexer rows) ride with
 // the large ones instead of each filling the GPU through K splits of its own.
-constexpr int kMaxStacked = 4;
+constexpr int kMaxStacked = 5;  // QSA's five input products
 struct StackedMatrices {
   const uint8_t* data[kMaxStacked];
   float* out[kMaxStacked];
