@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   for (int64_t base = 0; base < nb && k > 0; base += kChooseThreads) {
     const int64_t b = base + tid;
     const bool valid = b < nb;
-    const uint64_t key = valid ? score_key(sc[b]) & mask : 0;
+    const uint64_t key = valid && !take_all ? score_key(sc[b]) & mask : 0;  // a row taking all has no scores
     const int gt = valid && (take_all || key > tau), eq = valid && !take_all && key == tau;
     int eq_before, eq_total;
     Scan(scan_storage).ExclusiveSum(eq, eq_before, eq_total);
@@ -932,12 +932,19 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   const int64_t* pos_d = cached_upload(a.positions);
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
   double* scores_d = reinterpret_cast<double*>(scores.f32());
-  if (nb_max > 0 && T >= kScoreTile) {
-    const dim3 grid(blocks_for(T, kScoreTile), blocks_for(nb_max, kScoreTile));
-    launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, a.iq->f32(), a.pooled->f32(), pos_d, T, d, nh, a.ratio, nb_max, scores_d);
-  } else if (nb_max > 0) {
-    dim3 grid(static_cast<unsigned>(T), blocks_for(nb_max, kThreads / 32));
-    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, a.iq->f32(), a.pooled->f32(), pos_d, d, nh, a.ratio, nb_max, scores_d);
+  // Leading rows with at most top_blocks complete blocks keep every one of them, and the choose
+  // kernel takes them without their scores: the scores are formed from the first other row on
+  // (every row of a prompt of up to (top_blocks + 1)·ratio − 1 tokens is such a row).
+  int64_t t0 = 0;
+  while (t0 < T && (a.positions[t0] + 1) / a.ratio <= a.top_blocks) ++t0;
+  const int64_t n_scored = T - t0;
+  const float* iq = a.iq->f32() + t0 * nh * d;
+  if (nb_max > 0 && n_scored >= kScoreTile) {
+    const dim3 grid(blocks_for(n_scored, kScoreTile), blocks_for(nb_max, kScoreTile));
+    launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, iq, a.pooled->f32(), pos_d + t0, n_scored, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
+  } else if (nb_max > 0 && n_scored > 0) {
+    dim3 grid(static_cast<unsigned>(n_scored), blocks_for(nb_max, kThreads / 32));
+    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, iq, a.pooled->f32(), pos_d + t0, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   }
   launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
