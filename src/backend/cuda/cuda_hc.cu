@@ -10,7 +10,7 @@
 // Otherwise each step is a kernel over all tokens.
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
-#include "backend/cuda/cuda_gemm_int8_stacked.cuh"
+#include "backend/cuda/cuda_gemm_stacked.cuh"
 
 namespace regolith::cuda {
 

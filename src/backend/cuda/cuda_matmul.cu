@@ -12,7 +12,7 @@
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
-#include "backend/cuda/cuda_gemm_int8_stacked.cuh"
+#include "backend/cuda/cuda_gemm_stacked.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
@@ -151,19 +151,18 @@ void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
     launch_gemv<U, 2, 4>(ms, outs, K, x, t0, static_cast<int>(std::min<int64_t>(4, T - t0)), stream);
 }
 
-// Grid (token tiles, row tiles, K splits): split z covers chunks [z·split_chunks, (z + 1)·split_chunks)
-// and writes its partial product to out + z·T·N.
+// The FP32 tile over stacked matrices: grid (token tiles, row tiles of all, K splits); split z
+// covers chunks [z·split_chunks, (z + 1)·split_chunks).
 template <typename D>
 __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
-    gemm_kernel(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t split_chunks, int64_t N,
-                const float* __restrict__ x, int64_t T, bool x_vec4, float* __restrict__ out) {
+    gemm_kernel(StackedMatrices m, uint64_t row_bytes, int64_t K, int64_t split_chunks, const float* __restrict__ x,
+                int64_t T, bool x_vec4, float* __restrict__ part, int64_t total_rows) {
   grid_dependency_wait();
+  const StackedTile tile = stacked_tile(m, T, part, total_rows);
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, c_begin = blockIdx.z * split_chunks;
   const int64_t c_end = min(c_begin + split_chunks, (K + 31) / 32);
-  gemm_tile<D>(
-      W, row_bytes, K, c_begin, c_end, N, static_cast<int64_t>(blockIdx.y) * kGemmRows,
-      T - t0 < kGemmCols ? T - t0 : kGemmCols, x, [=](int tt) { return t0 + tt; }, x_vec4, out + blockIdx.z * T * N,
-      [=](int tt) { return t0 + tt; });
+  gemm_tile<D>(tile.W, row_bytes, K, c_begin, c_end, tile.N, tile.n0, T - t0 < kGemmCols ? T - t0 : kGemmCols, x,
+               [=](int tt) { return t0 + tt; }, x_vec4, tile.out, [=](int tt) { return t0 + tt; });
 }
 
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ codes,
@@ -191,53 +190,56 @@ __global__ void sum_splits_kernel(const float* __restrict__ part, int64_t n, int
   out[i] = s;
 }
 
-// A tiled product of N rows by T tokens over K: launch_tiles(grid, split_chunks, dst) launches the
-// tile kernel on grid (token tiles, row tiles, K splits), each split writing dst + z·T·N; with
-// more than one split the partial outputs are summed into out in split order.
-template <typename LaunchTiles>
-void split_product(CudaBackend& be, int64_t N, int64_t K, int64_t T, int blocks_per_sm, float* out, cudaStream_t stream,
-                   LaunchTiles launch_tiles) {
-  const unsigned col_tiles = blocks_for(T, kGemmCols), row_tiles = gemm_row_blocks(N);
-  const int64_t split_chunks = split_chunks_for(static_cast<int64_t>(col_tiles) * row_tiles, K, blocks_per_sm);
-  const int splits = static_cast<int>(((K + 31) / 32 + split_chunks - 1) / split_chunks);
-  Tensor part = splits > 1 ? be.scratch_f32(splits * T * N) : Tensor{};
-  launch_tiles(dim3(col_tiles, row_tiles, static_cast<unsigned>(splits)), split_chunks, splits > 1 ? part.f32() : out);
-  if (splits > 1) launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(T * N, 256), 256, 0, part.f32(), T * N, splits, T * N, out);
-}
-
-template <typename D>
-void launch_matmul(CudaBackend& be, const DeviceMatrix& w, const float* x, int64_t T, float* out, cudaStream_t stream) {
-  const int64_t N = w.n_rows, K = w.K;
-  if (T <= kMatvecMaxTokens) {
-    dim3 grid(blocks_for(N, kMatvecWarps)), block(32 * kMatvecWarps);
-    int t = static_cast<int>(T);
-    if (T == 1)
-      launch(stream, "matvec_kernel", matvec_kernel<D, 1>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
-    else if (T == 2)
-      launch(stream, "matvec_kernel", matvec_kernel<D, 2>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
-    else if (T <= 4)
-      launch(stream, "matvec_kernel", matvec_kernel<D, 4>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
-    else
-      launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
-  } else {
-    [[maybe_unused]] static const bool shared_ready = allow_max_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
-    split_product(be, N, K, T, kGemmBlocksPerSm, out, stream, [&](dim3 grid, int64_t split_chunks, float* dst) {
-      launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, w.data, w.row_bytes, K, split_chunks, N, x, T, rows_vec4(x, K), dst);
-    });
-  }
-}
-
-// The int8 tile's products (T > kMatvecMaxTokens) of at most kMaxStacked matrices of one type on
-// activations xq quantized for I, in one launch; split partial products summed in split order.
-template <typename I>
-void launch_int8_matmul(CudaBackend& be, std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
-                        const QuantizedActivations& xq, int64_t T, cudaStream_t stream) {
-  const StackedProduct p = launch_int8_stacked<I>(be, ms, outs, xq, T, false);
+// outs[i] = the sum of a stacked product's split partials, in split order.
+void sum_partials(CudaBackend& be, const StackedProduct& p, std::span<const DeviceMatrix* const> ms,
+                  std::span<float* const> outs, int64_t T) {
   if (p.splits == 1) return;
   for (size_t i = 0; i < ms.size(); ++i) {
     const int64_t n = T * ms[i]->n_rows;
-    launch(stream, "sum_splits_kernel", sum_splits_kernel, blocks_for(n, 256), 256, 0, p.partial(i, T), n, p.splits, T * p.rows, outs[i]);
+    launch(be.stream(), "sum_splits_kernel", sum_splits_kernel, blocks_for(n, 256), 256, 0, p.partial(i, T), n, p.splits, T * p.rows, outs[i]);
   }
+}
+
+// Products of matrices of one type on FP32 activations: a matvec each for a few tokens, else
+// the FP32 tile stacked (at most kMaxStacked matrices).
+template <typename D>
+void launch_matmul(CudaBackend& be, std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
+                   const float* x, int64_t T, cudaStream_t stream) {
+  const int64_t K = ms[0]->K;
+  if (T <= kMatvecMaxTokens) {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const DeviceMatrix& w = *ms[i];
+      float* out = outs[i];
+      const int64_t N = w.n_rows;
+      dim3 grid(blocks_for(N, kMatvecWarps)), block(32 * kMatvecWarps);
+      int t = static_cast<int>(T);
+      if (T == 1)
+        launch(stream, "matvec_kernel", matvec_kernel<D, 1>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      else if (T == 2)
+        launch(stream, "matvec_kernel", matvec_kernel<D, 2>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      else if (T <= 4)
+        launch(stream, "matvec_kernel", matvec_kernel<D, 4>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+      else
+        launch(stream, "matvec_kernel", matvec_kernel<D, 8>, grid, block, 0, w.data, w.row_bytes, K, N, x, t, out);
+    }
+    return;
+  }
+  [[maybe_unused]] static const bool shared_ready = allow_max_shared(gemm_kernel<D>, kGemmSharedBytes, "gemm_kernel shared memory");
+  const bool x_vec4 = rows_vec4(x, K);
+  const StackedProduct p = stacked_product(
+      be, ms, outs, T, kGemmBlocksPerSm, false,
+      [&](dim3 grid, const StackedMatrices& m, int64_t split_chunks, float* part, int64_t rows) {
+        launch(stream, "gemm_kernel", gemm_kernel<D>, grid, kGemmThreads, kGemmSharedBytes, m, ms[0]->row_bytes, K, split_chunks, x, T, x_vec4, part, rows);
+      });
+  sum_partials(be, p, ms, outs, T);
+}
+
+// The int8 tile's products (T > kMatvecMaxTokens) of at most kMaxStacked matrices of one type on
+// activations xq quantized for I, in one launch.
+template <typename I>
+void launch_int8_matmul(CudaBackend& be, std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
+                        const QuantizedActivations& xq, int64_t T) {
+  sum_partials(be, launch_int8_stacked<I>(be, ms, outs, xq, T, false), ms, outs, T);
 }
 
 // x [T][K] as the products that share it read it: FP32, or in an int8 format (Q8_0, Q8_K)
@@ -321,11 +323,13 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
       using I = decltype(i8);
       const DeviceMatrix* ms[] = {&w};
       float* outs[] = {out};
-      launch_int8_matmul<I>(*this, ms, outs, quantize_activations(*this, I::kBlock256, x, T, w.K), T, stream_);
+      launch_int8_matmul<I>(*this, ms, outs, quantize_activations(*this, I::kBlock256, x, T, w.K), T);
     });
     return;
   }
-  bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, w, x, T, out, stream_); });
+  const DeviceMatrix* ms[] = {&w};
+  float* outs[] = {out};
+  bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, ms, outs, x, T, stream_); });
   if (!ok) fail("cuda matmul: no decoder for ", type_name(w.type));
 }
 
@@ -372,8 +376,13 @@ void CudaBackend::matmul_shared(std::span<const DeviceMatrix* const> ms, const f
       take_batch(i, kMaxStacked);
       dispatch_int8_type(ms[i]->type, [&](auto i8) {
         using I = decltype(i8);
-        launch_int8_matmul<I>(*this, batch, batch_out, shared.in_format(I::kBlock256), T, stream_);
+        launch_int8_matmul<I>(*this, batch, batch_out, shared.in_format(I::kBlock256), T);
       });
+    } else if (T > kMatvecMaxTokens && ms[i]->n_rows > 0) {  // prefill: the FP32 tile
+      const GgmlType type = ms[i]->type;
+      take_batch(i, kMaxStacked);
+      const bool ok = dispatch_weight_type(type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, batch, batch_out, x, T, stream_); });
+      if (!ok) fail("cuda matmul: no decoder for ", type_name(type));
     }
   }
   for (size_t i = 0; i < ms.size(); ++i)
