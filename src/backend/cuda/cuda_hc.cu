@@ -232,21 +232,35 @@ bool units_follow_streams(GgmlType type, int64_t H) { return H % (type == GgmlTy
 // every stream, so that its epilogue can mix the streams into x.
 constexpr int kTilePositions = kGemmRows / kDecodeStreams;
 
-// Prefill norm, a block per (token, stream) as rms_norm_kernel: the pending write R += w·y (stored)
-// when y is set, rinv = 1/rms (for the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down
-// and inject products, rounded as rms_norm_kernel rounds n. n itself never goes to memory.
-__global__ void hc_norm_q8_kernel(float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
-                                  const float* __restrict__ gamma, int64_t H, int64_t S, float eps,
-                                  double* __restrict__ rinv, QuantizeTarget n8) {
+// Prefill norm, a block of kNormThreads per (token, stream), kNormPerThread values a thread held in
+// registers: the pending write R += w·y (stored) when y is set, rinv = 1/rms as rms_norm_kernel
+// forms it (for the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down and inject
+// products, rounded as rms_norm_kernel rounds n. n itself never goes to memory.
+constexpr int kNormThreads = 256, kNormPerThread = 16;  // streams of up to 4,096 values
+__global__ void __launch_bounds__(kNormThreads)
+    hc_norm_q8_kernel(float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
+                      const float* __restrict__ gamma, int64_t H, int64_t S, float eps, double* __restrict__ rinv,
+                      QuantizeTarget n8) {
   grid_dependency_wait();
   const int64_t gi = blockIdx.x, t = gi / S, s = gi % S;
   float* Rg = R + gi * H;
-  if (y)
-    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) Rg[i] = written(Rg[i], write_w[gi], y[t * H + i]);
-  const double r = block_inv_rms(Rg, H, eps);  // each thread reads back the positions it wrote
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    const float n = static_cast<float>(Rg[i] * r * static_cast<double>(gamma[s * H + i]));
-    quantize_q8_0_value(n, (gi * H + i) / 32, n8.codes, n8.scales);
+  float v[kNormPerThread];
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + k * kNormThreads;
+    if (i >= H) continue;
+    v[k] = Rg[i];
+    if (y) Rg[i] = v[k] = written(v[k], write_w[gi], y[t * H + i]);
+    ss += static_cast<double>(v[k]) * v[k];
+  }
+  const double r = 1.0 / sqrt(block_sum(ss) / H + static_cast<double>(eps));
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + k * kNormThreads;
+    if (i < H)  // whole warps (H % 32 == 0)
+      quantize_q8_0_value(static_cast<float>(v[k] * r * static_cast<double>(gamma[s * H + i])), (gi * H + i) / 32,
+                          n8.codes, n8.scales);
   }
   if (threadIdx.x == 0) rinv[gi] = r;
 }
@@ -373,8 +387,9 @@ bool CudaBackend::hc_read_tiles(const HcReadArgs& a) {
   const auto on_q8_0 = [&](const DeviceMatrix& m) { return int8_product(m.type) && !int8_block256(m.type); };
   const bool inject_like_down =
       !a.inject || (matrix(*a.inject).type == down.type && matrix(*a.inject).row_bytes == down.row_bytes);
-  return a.R->ne(1) > kMatvecMaxTokens && S == kDecodeStreams && H % kTilePositions == 0 && H % 32 == 0 && r % 32 == 0 &&
-         r + S <= 1024 && on_q8_0(down) && on_q8_0(up) && inject_like_down;
+  return a.R->ne(1) > kMatvecMaxTokens && S == kDecodeStreams && H % kTilePositions == 0 && H % 32 == 0 &&
+         H <= kNormThreads * kNormPerThread && r % 32 == 0 && r + S <= 1024 && on_q8_0(down) && on_q8_0(up) &&
+         inject_like_down;
 }
 
 // Prefill hc_read on int8 tiles, after the write R += write_w ⊙ y when y is set: the norm kernel
@@ -389,8 +404,7 @@ void CudaBackend::hc_read_tiled(const HcReadArgs& a, const float* y, const float
   Tensor rinv = scratch_bytes(static_cast<size_t>(S * T) * sizeof(double));
   auto* rinv_d = reinterpret_cast<double*>(rinv.f32());
   QuantizedActivations n8 = q8_scratch(W * T);
-  const int threads = static_cast<int>(std::min<int64_t>(256, H));
-  launch(stream_, "hc_norm_q8_kernel", hc_norm_q8_kernel, static_cast<unsigned>(S * T), threads, 0, a.R->f32(), y, write_w, gamma, H, S, a.eps, rinv_d, n8.target());
+  launch(stream_, "hc_norm_q8_kernel", hc_norm_q8_kernel, static_cast<unsigned>(S * T), kNormThreads, 0, a.R->f32(), y, write_w, gamma, H, S, a.eps, rinv_d, n8.target());
   const DeviceMatrix* reads_n[] = {&down, inject};
   float* no_outputs[] = {nullptr, nullptr};  // the partials are the outputs
   StackedProduct lo_inject;
