@@ -320,17 +320,17 @@ bool CudaBackend::int8_decode(GgmlType type) const {
 
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8) {
   if (T == 0 || w.n_rows == 0) return;
+  SharedX shared(*this, x, T, w.K, x_q8);
   if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
     const DeviceMatrix* ms[] = {&w};
     float* outs[] = {out};
-    SharedX shared(*this, x, T, w.K, x_q8);
     decode_products(ms, outs, shared);
     return;
   }
   if (T > kMatvecMaxTokens && int8_product(w.type)) {
     dispatch_int8_type(w.type, [&](auto i8) {
       using I = decltype(i8);
-      launch_int8_matmul<I>(*this, w, quantize_activations(*this, I::kBlock256, x, T, w.K), T, out, stream_);
+      launch_int8_matmul<I>(*this, w, shared.in_format(I::kBlock256), T, out, stream_);
     });
     return;
   }
