@@ -85,6 +85,7 @@ void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out) {
   int64_t C = x.ne(0);
   if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
+  if (w.ne[0] < 1 || dilation < 1) fail("causal_conv: ", w.ne[0], " taps at dilation ", dilation, " (both must be positive)");
   expect_shape(history, {C, (w.ne[0] - 1) * dilation, 1, 1}, "causal_conv", "history");
   expect_shape(out, x.ne(), "causal_conv", "out");
 }

@@ -302,7 +302,7 @@ class Backend {
   virtual void add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) = 0;
   // Depthwise causal conv + SiLU: out[c,t] = silu(Σ_k w[c,k]·x̃[c, t − (K−1−k)·dilation]) with x̃ the
   // sequence [history | x]; history [C, (K−1)·dilation] (oldest row first) is updated to the last
-  // (K−1)·dilation inputs. x [C, T], w {K, C}.
+  // (K−1)·dilation inputs. x [C, T], w {K, C}; K and dilation at least 1.
   virtual void causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) = 0;
 
   // ---- hyper-connections ----

@@ -5,7 +5,8 @@
 // split-TF32 tile and the decode kernels, the backend with exact_products), rows ending in a
 // partial 32-value chunk, QSA selection over several scan
 // chunks with many exactly tied scores (the chosen blocks must be identical), GDN with value heads
-// that do not fill a warp, MoE over many tokens. Skips without a device.
+// that do not fill a warp, causal conv's prefill runs against its decode kernel, MoE over many
+// tokens. Skips without a device.
 #include <cmath>
 #include <cstdio>
 
@@ -258,6 +259,80 @@ TEST_F(CudaVsRef, GdnCoreQ8OutputForTheNextProduct) {
     ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, x, K), {K, 1, 1, 1}), want);
     report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(K),
                  std::string("q8 output, then ") + between);
+  }
+}
+
+// gdn_core over several tokens (gates, scan, then the gated_rms_norm op) also writes its output
+// in Q8_0, for the product right after it: with a Q8_0 weight that product (the decode kernel's
+// int8 units for 5 tokens, the int8 tile for 70) reads those codes, and must equal the reference's
+// product on the output rounded to Q8_0. A Q4_K weight reads Q8_K, which the product rounds
+// itself; a host write between the two drops the codes, so the product then reads the new values.
+TEST_F(CudaVsRef, GdnCorePrefillQ8OutputForTheNextProduct) {
+  int64_t nk = 2, nv = 4, dk = 128, dv = 128, C = 2 * nk * dk + nv * dv, K = nv * dv, N = 70;
+  auto ssm_a = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 105, 2.0f));
+  auto dt = make_weight("dt_bias", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 106));
+  auto norm = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 107));
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+    auto w = make_weight("out", type, {K, N, 1, 1}, random_values(K * N, 108, 0.2f));
+    for (int64_t T : {5, 70})
+      for (const char* between : {"nothing", "a host write"}) {
+        const auto other = random_values(K * T, 109 + T);
+        Tensor st = upload(*cuda, random_values(dv * dk * nv, 110, 0.3f), {dv, dk, nv, 1});
+        Tensor tq = upload(*cuda, random_values(C * T, 111 + T), {C, T, 1, 1});
+        Tensor ta = upload(*cuda, random_values(nv * T, 112 + T), {nv, T, 1, 1});
+        Tensor tb = upload(*cuda, random_values(nv * T, 113 + T), {nv, T, 1, 1});
+        Tensor tz = upload(*cuda, random_values(K * T, 114 + T), {K, T, 1, 1});
+        Tensor g = cuda->alloc_f32(nv, T), beta = cuda->alloc_f32(nv, T), core = cuda->alloc_f32(K, T);
+        Tensor out = cuda->alloc_output(DType::F32, {K, T, 1, 1}), y = cuda->alloc_f32(N, T);
+        cuda->gdn_core({.qkv = &tq, .alpha = &ta, .beta_raw = &tb, .ssm_a = &ssm_a->w, .dt_bias = &dt->w, .z = &tz,
+                        .norm = &norm->w, .eps = 1e-6f, .state = &st, .n_k_heads = nk, .n_v_heads = nv, .dk = dk,
+                        .dv = dv, .g = &g, .beta = &beta, .core = &core, .out = &out});
+        if (std::string(between) == "a host write") cuda->write(out, other.data(), other.size() * sizeof(float));
+        cuda->mul_mat(w->w, out, y);
+        const auto x = cuda->read_f32(out);
+        Tensor want = ref->alloc_f32(N, T);
+        ref->mul_mat(w->w, upload(*ref, rounded_activations(type, x, K), {K, T, 1, 1}), want);
+        report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(K),
+                     std::string(type_name(type)) + " T=" + std::to_string(T) + " q8 output, then " + between);
+      }
+  }
+}
+
+// causal_conv over hundreds of tokens (the prefill kernel: runs of 16 tokens a thread, at
+// dilation d the run's tokens d apart, the last runs partial) against the same sequence fed 8
+// tokens at a time (the decode kernel: the same FP64 sums in the same order), outputs and history
+// bit for bit, and against the reference. K = 2 is fewer taps than the prefill kernel takes, 4 as
+// many, and 6 (more) runs on the decode kernel; every case starts from a random history, and at
+// K = 4, dilation 4 the 10 tokens are fewer than the history's 12 rows.
+TEST_F(CudaVsRef, CausalConvPrefillRuns) {
+  const int64_t C = 300;
+  struct Case {
+    int64_t K, dil, T;
+  };
+  for (auto [K, dil, T] : {Case{4, 1, 300}, Case{4, 3, 300}, Case{2, 1, 77}, Case{6, 3, 300}, Case{4, 4, 10}}) {
+    const int64_t L = (K - 1) * dil;
+    const std::string what = "causal_conv K=" + std::to_string(K) + " dil=" + std::to_string(dil) + " T=" + std::to_string(T);
+    auto w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 120 + K));
+    const auto hist = random_values(C * L, 121), x = random_values(C * T, 122 + T);
+    Tensor whole_hist = upload(*cuda, hist, {C, L, 1, 1}), whole = cuda->alloc_f32(C, T);
+    cuda->causal_conv(upload(*cuda, x, {C, T, 1, 1}), whole_hist, w->w, dil, whole);
+    Tensor steps_hist = upload(*cuda, hist, {C, L, 1, 1});
+    std::vector<float> steps;
+    for (int64_t t0 = 0; t0 < T; t0 += 8) {
+      const int64_t n = std::min<int64_t>(8, T - t0);
+      Tensor o = cuda->alloc_f32(C, n);
+      cuda->causal_conv(upload(*cuda, std::vector<float>(x.begin() + t0 * C, x.begin() + (t0 + n) * C), {C, n, 1, 1}),
+                        steps_hist, w->w, dil, o);
+      const auto v = cuda->read_f32(o);
+      steps.insert(steps.end(), v.begin(), v.end());
+    }
+    const auto got = cuda->read_f32(whole), got_hist = cuda->read_f32(whole_hist);
+    EXPECT_EQ(got, steps) << what;
+    EXPECT_EQ(got_hist, cuda->read_f32(steps_hist)) << what << " history";
+    Tensor ref_hist = upload(*ref, hist, {C, L, 1, 1}), want = ref->alloc_f32(C, T);
+    ref->causal_conv(upload(*ref, x, {C, T, 1, 1}), ref_hist, w->w, dil, want);
+    report_close(got, widen(ref->read_f32(want)), 1e-6, what);
+    EXPECT_EQ(got_hist, ref->read_f32(ref_hist)) << what << " history";
   }
 }
 

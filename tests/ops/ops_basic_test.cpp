@@ -156,6 +156,10 @@ TEST_P(BasicOps, CausalConvDilatedAndSplit) {
     expect_close(got, want, 1e-6, "causal_conv split");
     expect_close(be->read_f32(hist2), std::vector<double>(x.end() - L * C, x.end()), 0, "causal_conv history");
   }
+  // Dilation 0 (every tap on the same token) is refused, though its history has no rows.
+  auto w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 13));
+  Tensor no_hist = be->alloc_f32(C, 0), out = be->alloc_f32(C, T);
+  EXPECT_THROW(be->causal_conv(upload(*be, random_values(C * T, 14), {C, T, 1, 1}), no_hist, w->w, 0, out), Error);
 }
 
 // "auto" is cuda exactly when a cuda backend can be made here (built in, and a usable GPU), else cpu.

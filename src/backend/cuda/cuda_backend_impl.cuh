@@ -143,10 +143,11 @@ class CudaBackend final : public Backend {
   // rows) fill by several host threads into a buffer of their own; a pageable copy of them stalled
   // the stream for milliseconds.
   void upload_gathered(void* dst, size_t bytes, const std::function<void(uint8_t* host)>& fill);
-  // An op's output `out` in Q8_0 beside its FP32 values, for the decode products of the op right
-  // after it, which then read these codes instead of quantizing `out` themselves: the op that
-  // writes `out` asks for the buffers (null when products keep FP32 activations, or `out` does
-  // not fill 32-value chunks) and fills both. Any later op, host write or zero fill drops it.
+  // An op's output `out` in Q8_0 beside its FP32 values, for the products of the op right after
+  // it (decode, and prefill's on Q8_0 activations), which then read these codes instead of
+  // quantizing `out` themselves: the op that writes `out` asks for the buffers (null when
+  // products keep FP32 activations, or `out` does not fill 32-value chunks) and fills both. Any
+  // later op, host write or zero fill drops it.
   QuantizeTarget q8_output(const Tensor& out);
   // rms_norm that also writes out's Q8_0 codes into q8 (groups a multiple of 32 values).
   void rms_norm_q8(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out, QuantizeTarget q8);

@@ -40,13 +40,17 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
 }
 
 // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z) over one group of dv values, by the whole block (x read
-// through L2: the fused scan reads values other blocks wrote).
+// through L2: the fused scan reads values other blocks wrote). With q8.codes set (dv a multiple of
+// 32, as the block's threads are), each warp also writes the Q8_0 chunk of out it holds, chunk
+// first_chunk + j / 32.
 __device__ __forceinline__ void gated_norm_group(const float* x, const float* z, const float* w, int64_t dv, float eps,
-                                                 float* out) {
+                                                 float* out, QuantizeTarget q8, int64_t first_chunk) {
   const double r = block_inv_rms(x, dv, eps);
   for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
     float n = static_cast<float>(__ldcg(x + j) * r);
-    out[j] = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[j]));
+    const float v = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[j]));
+    out[j] = v;
+    if (q8.codes) quantize_q8_0_value(v, first_chunk + j / 32, q8.codes, q8.scales);
   }
 }
 
@@ -199,20 +203,17 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   __threadfence();
   for (int64_t t = 0; t < T; ++t) {
     const int64_t o = t * nv * dv + h * dv;
-    gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o);
-    if (!x.normed_q8.codes) continue;
-    __syncthreads();  // the head's normed values are stored
-    for (int64_t c = threadIdx.x / 32; c < dv / 32; c += blockDim.x / 32)
-      quantize_q8_0_value(x.normed[o + c * 32 + threadIdx.x % 32], o / 32 + c, x.normed_q8.codes, x.normed_q8.scales);
+    gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o, x.normed_q8, o / 32);
   }
   if (threadIdx.x == 0) x.done[h] = 0;
 }
 
+// One block per group; q8 as gated_norm_group's.
 __global__ void gated_rms_norm_kernel(const float* x, const float* z, const float* w, int64_t dv, float eps,
-                                      float* out) {
+                                      float* out, QuantizeTarget q8) {
   grid_dependency_wait();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * dv;
-  gated_norm_group(x + o, z + o, w, dv, eps, out + o);
+  gated_norm_group(x + o, z + o, w, dv, eps, out + o, q8, o / 32);
 }
 
 // With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes.
@@ -890,7 +891,8 @@ void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight&
   int64_t n_groups = x.n_elements() / dv;
   if (n_groups == 0) return;
   int threads = static_cast<int>(std::min<int64_t>(256, (dv + 31) / 32 * 32));
-  launch(stream_, "gated_rms_norm_kernel", gated_rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), z.f32(), values(w), dv, eps, out.f32());
+  const QuantizeTarget q8 = dv % 32 == 0 ? q8_output(out) : QuantizeTarget{};  // for the product after it
+  launch(stream_, "gated_rms_norm_kernel", gated_rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), z.f32(), values(w), dv, eps, out.f32(), q8);
 }
 
 }  // namespace regolith::cuda

@@ -311,24 +311,16 @@ bool CudaBackend::int8_decode(GgmlType type) const {
 
 void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8) {
   if (T == 0 || w.n_rows == 0) return;
-  if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) {
-    const DeviceMatrix* ms[] = {&w};
-    float* outs[] = {out};
-    SharedX shared(*this, x, T, w.K, x_q8);
-    decode_products(ms, outs, shared);
-    return;
-  }
+  SharedX shared(*this, x, T, w.K, x_q8);
+  const DeviceMatrix* ms[] = {&w};
+  float* outs[] = {out};
+  if (T <= kMatvecMaxTokens && has_unit_loader(w.type, w.K)) return decode_products(ms, outs, shared);
   if (T > kMatvecMaxTokens && int8_product(w.type)) {
     dispatch_int8_type(w.type, [&](auto i8) {
-      using I = decltype(i8);
-      const DeviceMatrix* ms[] = {&w};
-      float* outs[] = {out};
-      launch_int8_matmul<I>(*this, ms, outs, quantize_activations(*this, I::kBlock256, x, T, w.K), T);
+      launch_int8_matmul<decltype(i8)>(*this, ms, outs, shared.in_format(decltype(i8)::kBlock256), T);
     });
     return;
   }
-  const DeviceMatrix* ms[] = {&w};
-  float* outs[] = {out};
   bool ok = dispatch_weight_type(w.type, [&](auto dq) { launch_matmul<decltype(dq)>(*this, ms, outs, x, T, stream_); });
   if (!ok) fail("cuda matmul: no decoder for ", type_name(w.type));
 }
