@@ -52,6 +52,11 @@ __device__ __forceinline__ StackedTile stacked_tile(const StackedMatrices& m, in
   return tile;
 }
 
+// The kernel and its launcher are internal to each file that includes this header: with external
+// linkage the files' copies of a kernel template share one host stub, and the shared-memory limit
+// set through one file's copy did not reach the other's (launches failed with "invalid argument").
+namespace {
+
 // The int8 tile over stacked matrices: grid (token tiles, row tiles of all, K splits) on xq, the
 // quantized activations; split z covers chunks [z·split_chunks, (z + 1)·split_chunks).
 template <typename I>
@@ -66,6 +71,8 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       tile.W, row_bytes, K, c_begin, c_end, tile.N, tile.n0, T - t0 < kGemmCols ? T - t0 : kGemmCols, xq,
       [=](int tt) { return t0 + tt; }, tile.out, [=](int tt) { return t0 + tt; });
 }
+
+}  // namespace
 
 // A stacked product's split partials: split z of matrix i at partial(i, T) + z·T·rows, laid out
 // [T][n_rows of i]; none (part empty) when the one split went straight to the outputs.
@@ -105,6 +112,8 @@ StackedProduct stacked_product(CudaBackend& be, std::span<const DeviceMatrix* co
   return p;
 }
 
+namespace {
+
 // gemm_int8_kernel<I> over ms on xq (stacked_product).
 template <typename I>
 StackedProduct launch_int8_stacked(CudaBackend& be, std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
@@ -115,5 +124,7 @@ StackedProduct launch_int8_stacked(CudaBackend& be, std::span<const DeviceMatrix
                            launch(be.stream(), "gemm_int8_kernel", gemm_int8_kernel<I>, grid, kGemmThreads, kGemmInt8SharedBytes, m, ms[0]->row_bytes, ms[0]->K, split_chunks, xq.view(), T, part, rows);
                          });
 }
+
+}  // namespace
 
 }  // namespace regolith::cuda
