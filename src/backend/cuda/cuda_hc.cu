@@ -232,35 +232,72 @@ bool units_follow_streams(GgmlType type, int64_t H) { return H % (type == GgmlTy
 // every stream, so that its epilogue can mix the streams into x.
 constexpr int kTilePositions = kGemmRows / kDecodeStreams;
 
-// Prefill norm, a block of kNormThreads per (token, stream), kNormPerThread values a thread held in
-// registers: the pending write R += w·y (stored) when y is set, rinv = 1/rms as rms_norm_kernel
-// forms it (for the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down and inject
-// products, rounded as rms_norm_kernel rounds n. n itself never goes to memory.
-constexpr int kNormThreads = 256, kNormPerThread = 16;  // streams of up to 4,096 values
+// Q8_0 codes of 4 consecutive values a lane, 8 lanes (aligned) a 32-value chunk c, rounded as
+// quantize_q8_0_value rounds them: three shuffles a reduction instead of five for a value a lane.
+__device__ __forceinline__ void quantize_q8_0_quad(const float (&v)[4], int64_t c, int8_t* __restrict__ codes,
+                                                   float2* __restrict__ scales) {
+  const int lane = threadIdx.x % 32;
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  uint32_t packed = 0;
+  int sum = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int q = static_cast<int>(roundf(v[e] * id));
+    sum += q;
+    packed |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * e);
+  }
+  reinterpret_cast<uint32_t*>(codes + c * 32)[lane % 8] = packed;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float d16 = __half2float(__float2half_rn(d));
+  if (lane % 8 == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
+}
+
+// Prefill norm, a block of kNormThreads per (token, stream), up to kNormQuads runs of 4 values a
+// thread held in registers: the pending write R += w·y (stored) when y is set, rinv = 1/rms (for
+// the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down and inject products, rounded as
+// rms_norm_kernel rounds n. n itself never goes to memory.
+constexpr int kNormThreads = 256, kNormQuads = 4;  // streams of up to 4,096 values
 __global__ void __launch_bounds__(kNormThreads)
     hc_norm_q8_kernel(float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
                       const float* __restrict__ gamma, int64_t H, int64_t S, float eps, double* __restrict__ rinv,
                       QuantizeTarget n8) {
   grid_dependency_wait();
   const int64_t gi = blockIdx.x, t = gi / S, s = gi % S;
-  float* Rg = R + gi * H;
-  float v[kNormPerThread];
+  float4* Rg = reinterpret_cast<float4*>(R + gi * H);
+  const float4* yt = reinterpret_cast<const float4*>(y + t * H);
+  const float4* gs = reinterpret_cast<const float4*>(gamma + s * H);
+  const float w = y ? write_w[gi] : 0.0f;
+  float v[kNormQuads][4];
   double ss = 0;
 #pragma unroll
-  for (int k = 0; k < kNormPerThread; ++k) {
-    const int64_t i = threadIdx.x + k * kNormThreads;
-    if (i >= H) continue;
-    v[k] = Rg[i];
-    if (y) Rg[i] = v[k] = written(v[k], write_w[gi], y[t * H + i]);
-    ss += static_cast<double>(v[k]) * v[k];
+  for (int k = 0; k < kNormQuads; ++k) {
+    const int64_t q = threadIdx.x + k * kNormThreads;  // values 4q .. 4q + 3
+    if (4 * q >= H) continue;
+    float4 r4 = Rg[q];
+    if (y) {
+      const float4 y4 = yt[q];
+      r4 = make_float4(written(r4.x, w, y4.x), written(r4.y, w, y4.y), written(r4.z, w, y4.z), written(r4.w, w, y4.w));
+      Rg[q] = r4;
+    }
+    v[k][0] = r4.x, v[k][1] = r4.y, v[k][2] = r4.z, v[k][3] = r4.w;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ss += static_cast<double>(v[k][e]) * v[k][e];
   }
   const double r = 1.0 / sqrt(block_sum(ss) / H + static_cast<double>(eps));
 #pragma unroll
-  for (int k = 0; k < kNormPerThread; ++k) {
-    const int64_t i = threadIdx.x + k * kNormThreads;
-    if (i < H)  // whole warps (H % 32 == 0)
-      quantize_q8_0_value(static_cast<float>(v[k] * r * static_cast<double>(gamma[s * H + i])), (gi * H + i) / 32,
-                          n8.codes, n8.scales);
+  for (int k = 0; k < kNormQuads; ++k) {
+    const int64_t q = threadIdx.x + k * kNormThreads;
+    if (4 * q >= H) continue;  // whole 8-lane chunks (H % 32 == 0)
+    const float4 g4 = gs[q];
+    const float g[4] = {g4.x, g4.y, g4.z, g4.w};
+    float n[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) n[e] = static_cast<float>(v[k][e] * r * static_cast<double>(g[e]));
+    quantize_q8_0_quad(n, (gi * H + 4 * q) / 32, n8.codes, n8.scales);
   }
   if (threadIdx.x == 0) rinv[gi] = r;
 }
@@ -287,16 +324,20 @@ __global__ void hc_lo_inject_kernel(const float* __restrict__ part, int splits, 
 // Prefill up product with the mix as its epilogue. Block (token tile, position tile) takes up rows
 // s·H + p0 + i (i < kTilePositions) of every stream s on lo's codes, so its sums are m_s of
 // kTilePositions positions × 64 tokens, and forms x = (1/S) Σ_s sigmoid(m_s)·n_s in stream order,
-// n_s = R·rinv·gamma as the norm rounded it: hc_mix_kernel's sums, without m or n in memory.
+// n_s = R·rinv·gamma as the norm rounded it: hc_mix_kernel's sums, without m or n in memory. The
+// tile's R rows are asked of L2 before its products, and a thread's eight tokens load theirs
+// together (one after another, the epilogue waited a memory trip per token: 241 µs a pp2048 call).
 template <typename I>
 __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
     hc_up_mix_tile_kernel(const uint8_t* __restrict__ up, uint64_t row_bytes, int64_t r, int64_t H, int64_t T,
                           QuantizedX lo8, const float* __restrict__ R, const double* __restrict__ rinv,
                           const float* __restrict__ gamma, float* __restrict__ x) {
   grid_dependency_wait();
-  constexpr int S = kDecodeStreams;
+  constexpr int S = kDecodeStreams, kPasses = kGemmCols * kTilePositions / kGemmThreads;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGemmCols, p0 = static_cast<int64_t>(blockIdx.y) * kTilePositions;
   const int n_cols = T - t0 < kGemmCols ? static_cast<int>(T - t0) : kGemmCols;
+  for (int j = threadIdx.x; j < n_cols * S; j += kGemmThreads)  // a stream's 16 positions: 64 bytes
+    prefetch_l2(R + (t0 + j / S) * S * H + (j % S) * H + p0, kTilePositions * sizeof(float), 0, 1);
   gemm_int8_tile_rows<I>(
       [=](int row) { return up + ((row / kTilePositions) * H + p0 + row % kTilePositions) * row_bytes; }, kGemmRows, r,
       0, r / 32, n_cols, lo8, [=](int c) { return t0 + c; },
@@ -312,18 +353,29 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
             for (int e = 0; e < 4; ++e)
               m[(warp_row + mi * 16 + g + 8 * (e / 2)) * kPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
         __syncthreads();
-        const int i = threadIdx.x % kTilePositions;
+        const int i = threadIdx.x % kTilePositions, c0 = threadIdx.x / kTilePositions;
         const int64_t p = p0 + i;
-        for (int c = threadIdx.x / kTilePositions; c < n_cols; c += kGemmThreads / kTilePositions) {
-          const int64_t tok = t0 + c;
+        double gam[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) gam[s] = gamma[s * H + p];
+        float Rv[kPasses][S];
+        double rv[kPasses][S];
+#pragma unroll
+        for (int k = 0; k < kPasses; ++k) {  // past n_cols, the last token's values (not stored)
+          const int64_t tok = t0 + min(c0 + k * (kGemmThreads / kTilePositions), n_cols - 1);
+#pragma unroll
+          for (int s = 0; s < S; ++s) Rv[k][s] = R[tok * S * H + s * H + p], rv[k][s] = rinv[tok * S + s];
+        }
+#pragma unroll
+        for (int k = 0; k < kPasses; ++k) {
+          const int c = c0 + k * (kGemmThreads / kTilePositions);
           double mix = 0;
 #pragma unroll
           for (int s = 0; s < S; ++s) {
-            const int64_t k = s * H + p;
-            const float n = static_cast<float>(R[tok * S * H + k] * rinv[tok * S + s] * static_cast<double>(gamma[k]));
-            mix += sigmoid_d(m[(s * kTilePositions + i) * kPitch + c]) * n;
+            const float n = static_cast<float>(Rv[k][s] * rv[k][s] * gam[s]);
+            mix += sigmoid_d(m[(s * kTilePositions + i) * kPitch + min(c, n_cols - 1)]) * n;
           }
-          x[tok * H + p] = static_cast<float>(mix / S);
+          if (c < n_cols) x[(t0 + c) * H + p] = static_cast<float>(mix / S);
         }
       });
 }
@@ -388,7 +440,7 @@ bool CudaBackend::hc_read_tiles(const HcReadArgs& a) {
   const bool inject_like_down =
       !a.inject || (matrix(*a.inject).type == down.type && matrix(*a.inject).row_bytes == down.row_bytes);
   return a.R->ne(1) > kMatvecMaxTokens && S == kDecodeStreams && H % kTilePositions == 0 && H % 32 == 0 &&
-         H <= kNormThreads * kNormPerThread && r % 32 == 0 && r + S <= 1024 && on_q8_0(down) && on_q8_0(up) &&
+         H <= 4 * kNormThreads * kNormQuads && r % 32 == 0 && r + S <= 1024 && on_q8_0(down) && on_q8_0(up) &&
          inject_like_down;
 }
 
