@@ -497,6 +497,24 @@ __device__ void gemm_int8_tile_rows(WRow w_row, int64_t n_rows, int64_t K, int64
   epilogue(acc, warp_row, warp_col, g, t);
 }
 
+// For epilogues that regroup a tile's sums: every warp's sums to shared memory (free once the
+// tile is done) as [64 rows][kTileSumsPitch] floats, then a barrier; returns the array.
+constexpr int kTileSumsPitch = kGemmCols + 1;
+__device__ __forceinline__ const float* tile_sums_to_shared(const float (&acc)[2][4][4], int warp_row, int warp_col,
+                                                            int g, int t) {
+  extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
+  float* sums = reinterpret_cast<float*>(gemm_int8_shared);
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sums[(warp_row + mi * 16 + g + 8 * (e / 2)) * kTileSumsPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
+  __syncthreads();
+  return sums;
+}
+
 // out[out_row(c)·N + n] = W[n]·x̂[x_row(c)] for rows n0 .. n0+63 (< N) of W (gemm_int8_tile_rows).
 template <typename I, typename XRow, typename OutRow>
 __device__ void gemm_int8_tile(const uint8_t* __restrict__ W, uint64_t row_bytes, int64_t K, int64_t c_begin,

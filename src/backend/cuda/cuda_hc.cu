@@ -342,17 +342,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       [=](int row) { return up + ((row / kTilePositions) * H + p0 + row % kTilePositions) * row_bytes; }, kGemmRows, r,
       0, r / 32, n_cols, lo8, [=](int c) { return t0 + c; },
       [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
-        extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
-        constexpr int kPitch = kGemmCols + 1;
-        float* m = reinterpret_cast<float*>(gemm_int8_shared);  // [64 rows][kPitch]
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              m[(warp_row + mi * 16 + g + 8 * (e / 2)) * kPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
-        __syncthreads();
+        const float* m = tile_sums_to_shared(acc, warp_row, warp_col, g, t);
         const int i = threadIdx.x % kTilePositions, c0 = threadIdx.x / kTilePositions;
         const int64_t p = p0 + i;
         double gam[S];
@@ -373,7 +363,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
 #pragma unroll
           for (int s = 0; s < S; ++s) {
             const float n = static_cast<float>(Rv[k][s] * rv[k][s] * gam[s]);
-            mix += sigmoid_d(m[(s * kTilePositions + i) * kPitch + min(c, n_cols - 1)]) * n;
+            mix += sigmoid_d(m[(s * kTilePositions + i) * kTileSumsPitch + min(c, n_cols - 1)]) * n;
           }
           if (c < n_cols) x[(t0 + c) * H + p] = static_cast<float>(mix / S);
         }

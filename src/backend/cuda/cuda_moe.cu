@@ -418,20 +418,10 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       [=](int r) { return (r < 32 ? Wg : Wu) + (first_row + r % 32) * row_bytes; }, kGemmRows, K, 0, K / 32,
       tile.count, xq, [=](int c) { return static_cast<int64_t>(pairs[c] / k); },
       [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
-        extern __shared__ __align__(16) uint8_t gemm_int8_shared[];
-        constexpr int kPitch = kGemmCols + 1;
-        float* gu = reinterpret_cast<float*>(gemm_int8_shared);  // [64 rows][kPitch]: gate, then up
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              gu[(warp_row + mi * 16 + g + 8 * (e / 2)) * kPitch + warp_col + ni * 8 + 2 * t + e % 2] = acc[mi][ni][e];
-        __syncthreads();
+        const float* gu = tile_sums_to_shared(acc, warp_row, warp_col, g, t);  // gate rows, then up
         const int lane = threadIdx.x % 32;
         for (int c = threadIdx.x / 32; c < tile.count; c += kGemmThreads / 32) {
-          const float h = static_cast<float>(silu_d(gu[lane * kPitch + c]) * gu[(32 + lane) * kPitch + c]);
+          const float h = static_cast<float>(silu_d(gu[lane * kTileSumsPitch + c]) * gu[(32 + lane) * kTileSumsPitch + c]);
           quantize_q8_0_value(h, static_cast<int64_t>(pairs[c]) * (F / 32) + f0 / 32, h8.codes, h8.scales);
         }
       });
