@@ -152,7 +152,7 @@ TEST_P(ModelOps, GdnBf16StateIsTheF32StateRounded) {
 }
 
 TEST_P(ModelOps, GdnGatesAndGatedNorm) {
-  int64_t nv = 5, T = 3, dv = 7;
+  int64_t nv = 5, T = 3;
   auto alpha = random_values(nv * T, 30, 3.0f), braw = random_values(nv * T, 31);
   alpha[0] = 25.0f;  // softplus's linear branch
   auto A = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, {-0.5f, -1.0f, -2.0f, -0.1f, -4.0f});
@@ -169,19 +169,22 @@ TEST_P(ModelOps, GdnGatesAndGatedNorm) {
   expect_close(be->read_f32(g), wg, 1e-6, "gdn_gates g");
   expect_close(be->read_f32(beta), wb, 1e-6, "gdn_gates beta");
 
-  auto x = random_values(dv * nv * T, 33), z = random_values(dv * nv * T, 34);
-  auto w = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 35));
-  Tensor out = be->alloc_f32(dv * nv, T);
-  be->gated_rms_norm(upload(*be, x, {dv * nv, T, 1, 1}), upload(*be, z, {dv * nv, T, 1, 1}), w->w, 1e-6f, out);
-  auto wv = w->values();
-  std::vector<double> want(x.size());
-  for (int64_t h = 0; h < nv * T; ++h) {
-    double ss = 0;
-    for (int64_t j = 0; j < dv; ++j) ss += static_cast<double>(x[h * dv + j]) * x[h * dv + j];
-    for (int64_t j = 0; j < dv; ++j)
-      want[h * dv + j] = wv[j] * x[h * dv + j] / std::sqrt(ss / dv + 1e-6) * sigmoid(z[h * dv + j]);
+  // Groups of 7 values, and of 128 and 256 (the CUDA backend's warp-a-group kernel).
+  for (int64_t dv : {7, 128, 256}) {
+    auto x = random_values(dv * nv * T, 33), z = random_values(dv * nv * T, 34);
+    auto w = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 35));
+    Tensor out = be->alloc_f32(dv * nv, T);
+    be->gated_rms_norm(upload(*be, x, {dv * nv, T, 1, 1}), upload(*be, z, {dv * nv, T, 1, 1}), w->w, 1e-6f, out);
+    auto wv = w->values();
+    std::vector<double> want(x.size());
+    for (int64_t h = 0; h < nv * T; ++h) {
+      double ss = 0;
+      for (int64_t j = 0; j < dv; ++j) ss += static_cast<double>(x[h * dv + j]) * x[h * dv + j];
+      for (int64_t j = 0; j < dv; ++j)
+        want[h * dv + j] = wv[j] * x[h * dv + j] / std::sqrt(ss / dv + 1e-6) * sigmoid(z[h * dv + j]);
+    }
+    expect_close(be->read_f32(out), want, 1e-6, "gated_rms_norm dv=" + std::to_string(dv));
   }
-  expect_close(be->read_f32(out), want, 1e-6, "gated_rms_norm");
 }
 
 TEST_P(ModelOps, QsaPoolSelectAttend) {

@@ -216,6 +216,50 @@ __global__ void gated_rms_norm_kernel(const float* x, const float* z, const floa
   gated_norm_group(x + o, z + o, w, dv, eps, out + o, q8, o / 32);
 }
 
+// The same for groups of dv = 128·kQuads values (prefill's heads): a warp a group, each lane's
+// kQuads runs of 4 values loaded together, the FP64 sum of squares by shuffles, and the Q8_0
+// codes 8 lanes a chunk. A block per group waited a memory trip and two barriers per group.
+template <int kQuads>
+__global__ void __launch_bounds__(256)
+    gated_rms_norm_warp_kernel(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
+                               int64_t n_groups, float eps, float* __restrict__ out, QuantizeTarget q8) {
+  grid_dependency_wait();
+  constexpr int kDv = 128 * kQuads;
+  const int64_t group = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (group >= n_groups) return;  // whole warps
+  const int lane = threadIdx.x % 32;
+  const int64_t o4 = group * (kDv / 4);  // the group's first float4
+  float4 xs[kQuads], zs[kQuads], ws[kQuads];
+#pragma unroll
+  for (int k = 0; k < kQuads; ++k) {
+    xs[k] = reinterpret_cast<const float4*>(x)[o4 + k * 32 + lane];
+    zs[k] = reinterpret_cast<const float4*>(z)[o4 + k * 32 + lane];
+    ws[k] = reinterpret_cast<const float4*>(w)[k * 32 + lane];
+  }
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < kQuads; ++k) {
+    const float v[4] = {xs[k].x, xs[k].y, xs[k].z, xs[k].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ss += static_cast<double>(v[e]) * v[e];
+  }
+  const double r = 1.0 / sqrt(warp_sum(ss) / kDv + static_cast<double>(eps));
+#pragma unroll
+  for (int k = 0; k < kQuads; ++k) {
+    const float xv[4] = {xs[k].x, xs[k].y, xs[k].z, xs[k].w}, zv[4] = {zs[k].x, zs[k].y, zs[k].z, zs[k].w},
+                wv[4] = {ws[k].x, ws[k].y, ws[k].z, ws[k].w};
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float n = static_cast<float>(xv[e] * r);  // as gated_norm_group rounds
+      v[e] = static_cast<float>(wv[e] * static_cast<double>(n) * sigmoid_d(zv[e]));
+    }
+    const int64_t q = o4 + k * 32 + lane;
+    reinterpret_cast<float4*>(out)[q] = make_float4(v[0], v[1], v[2], v[3]);
+    if (q8.codes) quantize_q8_0_quad(v, q / 8, q8.codes, q8.scales);
+  }
+}
+
 // With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes.
 template <int kRows>
 void launch_scan_rows(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream) {
@@ -890,8 +934,16 @@ void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Weight&
   int64_t dv = w.n_elements();
   int64_t n_groups = x.n_elements() / dv;
   if (n_groups == 0) return;
-  int threads = static_cast<int>(std::min<int64_t>(256, (dv + 31) / 32 * 32));
   const QuantizeTarget q8 = dv % 32 == 0 ? q8_output(out) : QuantizeTarget{};  // for the product after it
+  auto by_warps = [&](auto kernel) {
+    launch(stream_, "gated_rms_norm_warp_kernel", kernel, blocks_for(n_groups, 8), 256, 0, x.f32(), z.f32(), values(w), n_groups, eps, out.f32(), q8);
+  };
+  switch (dv % 128 == 0 ? dv / 128 : 0) {
+    case 1: return by_warps(gated_rms_norm_warp_kernel<1>);
+    case 2: return by_warps(gated_rms_norm_warp_kernel<2>);
+    case 4: return by_warps(gated_rms_norm_warp_kernel<4>);
+  }
+  int threads = static_cast<int>(std::min<int64_t>(256, (dv + 31) / 32 * 32));
   launch(stream_, "gated_rms_norm_kernel", gated_rms_norm_kernel, static_cast<unsigned>(n_groups), threads, 0, x.f32(), z.f32(), values(w), dv, eps, out.f32(), q8);
 }
 

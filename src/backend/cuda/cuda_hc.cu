@@ -232,32 +232,6 @@ bool units_follow_streams(GgmlType type, int64_t H) { return H % (type == GgmlTy
 // every stream, so that its epilogue can mix the streams into x.
 constexpr int kTilePositions = kGemmRows / kDecodeStreams;
 
-// Q8_0 codes of 4 consecutive values a lane, 8 lanes (aligned) a 32-value chunk c, rounded as
-// quantize_q8_0_value rounds them: three shuffles a reduction instead of five for a value a lane.
-// The shuffles name only the chunk's 8 lanes, so a warp may hold fewer than four chunks.
-__device__ __forceinline__ void quantize_q8_0_quad(const float (&v)[4], int64_t c, int8_t* __restrict__ codes,
-                                                   float2* __restrict__ scales) {
-  const int lane = threadIdx.x % 32;
-  const unsigned chunk_lanes = 0xFFu << (lane & 24);
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(chunk_lanes, amax, o));
-  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-  uint32_t packed = 0;
-  int sum = 0;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int q = static_cast<int>(roundf(v[e] * id));
-    sum += q;
-    packed |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * e);
-  }
-  reinterpret_cast<uint32_t*>(codes + c * 32)[lane % 8] = packed;
-#pragma unroll
-  for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(chunk_lanes, sum, o);
-  const float d16 = __half2float(__float2half_rn(d));
-  if (lane % 8 == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
-}
-
 // Prefill norm, a block of kNormThreads per (token, stream), up to kNormQuads runs of 4 values a
 // thread held in registers: the pending write R += w·y (stored) when y is set, rinv = 1/rms (for
 // the up tiles), and n = R·rinv·gamma as Q8_0 codes for the down and inject products, rounded as

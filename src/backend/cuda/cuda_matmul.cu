@@ -165,11 +165,15 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmBlocksPerSm)
                [=](int tt) { return t0 + tt; }, x_vec4, tile.out, [=](int tt) { return t0 + tt; });
 }
 
+// Four values a thread, 8 threads a chunk (quantize_q8_0_quad).
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t n_chunks, int8_t* __restrict__ codes,
                                      float2* __restrict__ scales) {
   grid_dependency_wait();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (c < n_chunks) quantize_q8_0_chunk(x, c, codes, scales);
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // values 4q .. 4q + 3
+  if (q >= n_chunks * 8) return;  // whole chunks: their 8 lanes stay together
+  const float4 x4 = reinterpret_cast<const float4*>(x)[q];
+  const float v[4] = {x4.x, x4.y, x4.z, x4.w};
+  quantize_q8_0_quad(v, q / 8, codes, scales);
 }
 
 __global__ void quantize_q8_k_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ codes,
@@ -279,12 +283,12 @@ QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const 
   QuantizedActivations q = be.q8_scratch(rows * K);
   auto* codes = reinterpret_cast<int8_t*>(q.codes.f32());
   auto* scales = reinterpret_cast<float2*>(q.scales.f32());
-  constexpr int kWarps = 8;
-  const int64_t n_warps = rows * K / (block256 ? 256 : 32);
+  constexpr int kThreads = 256;
+  const int64_t n_blocks = rows * K / (block256 ? 256 : 32);  // a warp a Q8_K block, 8 threads a Q8_0 chunk
   if (block256)
-    launch(be.stream(), "quantize_q8_k_kernel", quantize_q8_k_kernel, blocks_for(n_warps, kWarps), 32 * kWarps, 0, x, n_warps, codes, scales);
+    launch(be.stream(), "quantize_q8_k_kernel", quantize_q8_k_kernel, blocks_for(n_blocks * 32, kThreads), kThreads, 0, x, n_blocks, codes, scales);
   else
-    launch(be.stream(), "quantize_q8_0_kernel", quantize_q8_0_kernel, blocks_for(n_warps, kWarps), 32 * kWarps, 0, x, n_warps, codes, scales);
+    launch(be.stream(), "quantize_q8_0_kernel", quantize_q8_0_kernel, blocks_for(n_blocks * 8, kThreads), kThreads, 0, x, n_blocks, codes, scales);
   return q;
 }
 
