@@ -34,7 +34,8 @@ fi
 if [ -n "$llama_pid" ]; then
   wait "$llama_pid"
   echo "llama-bench built at $(since)"
-  REPS=${LLAMA_REPS:-2} tools/cuda/llama_bench.sh /tmp/flash-next-64e-q4k.gguf >"$out/llama_bench.txt" 2>&1
+  # llama_bench.sh reads DEPTHS too, in its own (comma) form.
+  DEPTHS=${LLAMA_DEPTHS:-0,32768} REPS=${LLAMA_REPS:-2} tools/cuda/llama_bench.sh /tmp/flash-next-64e-q4k.gguf >"$out/llama_bench.txt" 2>&1
   echo "llama.cpp done at $(since)"
   tail -20 "$out/llama_bench.txt"
 fi
