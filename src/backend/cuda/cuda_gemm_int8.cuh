@@ -128,7 +128,10 @@ __device__ __forceinline__ void quantize_q8_k_block(const float* __restrict__ x,
 }
 
 // A weight type's 32-value chunk as int8 codes (Raw: the bytes loaded ahead, unpack: codes in k
-// order, 4 a word, and w = scale·code − offset). kBlock256: its activations are Q8_K, else Q8_0.
+// order, 4 a word, and w = scale·code − offset). kBlock256: its activations are Q8_K, else Q8_0,
+// and its scale is an integer sub-scale of the chunk times a scale of the 256-value block
+// (w = block_scale·sub_scale·code − offset), so that the tile sums sub_scale·(code products) in
+// integers over the chunks of a block, where the activations' scale is one too.
 template <GgmlType kType>
 struct I8;
 
@@ -270,13 +273,14 @@ struct I8<GgmlType::IQ4_XS> {
     r.q[0] = q0.x, r.q[1] = q0.y, r.q[2] = q1.x, r.q[3] = q1.y;
     return r;
   }
-  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], int& sub_scale, float& block_scale,
+                                float& offset) {
     const int ib = static_cast<int>(c % 8);
     i8_detail::unpack_nibbles(r.q, w);
 #pragma unroll
     for (int i = 0; i < 8; ++i) w[i] = i8_detail::iq4nl_codes(w[i]);
     const int ls = ((r.scales_l >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xF) | (((r.d_scales_h >> (16 + 2 * ib)) & 3) << 4);
-    scale = f16(static_cast<uint16_t>(r.d_scales_h)) * (ls - 32), offset = 0.0f;
+    sub_scale = ls - 32, block_scale = f16(static_cast<uint16_t>(r.d_scales_h)), offset = 0.0f;
   }
 };
 
@@ -297,20 +301,21 @@ struct I8<GgmlType::Q4_K> {
     i8_detail::load_32_bytes(b + 16 + (c % 8) / 2 * 32, r.q);
     return r;
   }
-  __device__ static void scale_offset(const Raw& r, int j, float& scale, float& offset) {
-    int sc, m;
+  __device__ static void scale_offset(const Raw& r, int j, int& sub_scale, float& block_scale, float& offset) {
+    int m;
     auto byte = [&](int i) {  // scale byte i, selected without indexing (which would go to local memory)
       const uint32_t word = i < 4 ? r.s[0] : i < 8 ? r.s[1] : r.s[2];
       return static_cast<int>((word >> (8 * (i % 4))) & 0xFF);
     };
-    k4_scale_min(j, byte, sc, m);
-    scale = f16(static_cast<uint16_t>(r.dm)) * sc, offset = f16(static_cast<uint16_t>(r.dm >> 16)) * m;
+    k4_scale_min(j, byte, sub_scale, m);
+    block_scale = f16(static_cast<uint16_t>(r.dm)), offset = f16(static_cast<uint16_t>(r.dm >> 16)) * m;
   }
-  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], int& sub_scale, float& block_scale,
+                                float& offset) {
     const int j = static_cast<int>(c % 8);
 #pragma unroll
     for (int i = 0; i < 8; ++i) w[i] = (r.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu;
-    scale_offset(r, j, scale, offset);
+    scale_offset(r, j, sub_scale, block_scale, offset);
   }
 };
 
@@ -331,12 +336,13 @@ struct I8<GgmlType::Q5_K> {
     i8_detail::load_32_bytes(b + 48 + (c % 8) / 2 * 32, r.low.q);
     return r;
   }
-  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], float& scale, float& offset) {
+  __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], int& sub_scale, float& block_scale,
+                                float& offset) {
     const int j = static_cast<int>(c % 8);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       w[i] = ((r.low.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((r.qh[i] >> j) & 0x01010101u) << 4);
-    I8<GgmlType::Q4_K>::scale_offset(r.low, j, scale, offset);
+    I8<GgmlType::Q4_K>::scale_offset(r.low, j, sub_scale, block_scale, offset);
   }
 };
 
@@ -382,7 +388,11 @@ constexpr int kPitchWords = kStageChunks * 8 + 8;
 struct Stage {
   uint32_t w[kGemmRows * kPitchWords];
   uint32_t x[kGemmCols * kPitchWords];
-  float w_scale[kStageChunks][kGemmRows];
+  union {
+    float w_scale[kStageChunks][kGemmRows];
+    int w_sub_scale[kStageChunks][kGemmRows];  // kBlock256 types
+  };
+  float w_block_scale[kGemmRows];           // kBlock256 types: a stage's 4 chunks lie in one block
   float w_offset[kStageChunks][kGemmRows];  // read by types with an offset
   float x_d[kStageChunks][kGemmCols];       // zero for absent columns and chunks
   float x_dsum[kStageChunks][kGemmCols];    // d·Σq, read by types with an offset
@@ -431,14 +441,23 @@ __device__ void gemm_int8_tile_rows(WRow w_row, int64_t n_rows, int64_t K, int64
     for (int m = 0; m < 2; ++m) {
       const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
       float scale = 0.0f, offset = 0.0f;  // absent rows and chunks add nothing
+      int sub_scale = 0;
       if (r < n_rows && c0 + q < c_end) {
         uint32_t w[8];
-        I::unpack(raw[m], c0 + q, w, scale, offset);
+        if constexpr (I::kBlock256)
+          I::unpack(raw[m], c0 + q, w, sub_scale, scale, offset);
+        else
+          I::unpack(raw[m], c0 + q, w, scale, offset);
         uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
         dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
         dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
       }
-      s.w_scale[q][r] = scale;
+      if constexpr (I::kBlock256) {
+        s.w_sub_scale[q][r] = sub_scale;
+        if (q == 0) s.w_block_scale[r] = scale;  // chunk c0 is present whenever the stage is
+      } else {
+        s.w_scale[q][r] = scale;
+      }
       if constexpr (I::kOffset) s.w_offset[q][r] = offset;
     }
   };
@@ -483,47 +502,90 @@ __device__ void gemm_int8_tile_rows(WRow w_row, int64_t n_rows, int64_t K, int64
     cp_async_wait<1>();  // this stage's tokens have landed
     __syncthreads();
     const Stage& s = stages[buf];
-#pragma unroll 1
-    for (int q = 0; q < kStageChunks; ++q) {
-      if (c0 + q >= c_end) break;
-      uint2 a[2][2], b[4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          a[mi][h] = *reinterpret_cast<const uint2*>(s.w + (warp_row + mi * 16 + h * 8 + g) * kPitchWords + q * 8 + 2 * t);
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-        b[ni] = *reinterpret_cast<const uint2*>(s.x + (warp_col + ni * 8 + g) * kPitchWords + q * 8 + 2 * t);
-      // One m16 tile at a time, so that only its 16 integer sums are live. Accumulator e of a
-      // tile: row g + 8·(e / 2), column 2t + e % 2. The sums start at kDotBias, so that each
-      // comes out as the bits of the float kDotBiasValue + dot (int-to-float conversion runs at
-      // a quarter of the FP32 rate; the subtraction is exact).
+    if constexpr (I::kBlock256) {
+      // Each m16 tile sums sub_scale·(code products) over the stage's chunks in integers (a
+      // chunk's products sum to under 2^19 in magnitude, sub-scales are at most 64, four chunks:
+      // under 2^27), then scales the sums once by the weights' and the activations' block scales:
+      // 2 instructions a sum and chunk where the FP32 form takes 4.
+      const int n_chunks = c_end - c0 < kStageChunks ? static_cast<int>(c_end - c0) : kStageChunks;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        int dots[4][4];
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dots[ni][e] = kDotBias;
-          mma_s8(dots[ni], a[mi][0].x, a[mi][1].x, a[mi][0].y, a[mi][1].y, b[ni].x, b[ni].y);
-        }
         const int r0 = warp_row + mi * 16 + g;
-        const float ws[2] = {s.w_scale[q][r0], s.w_scale[q][r0 + 8]};
-        float wo[2] = {};
-        if constexpr (I::kOffset) wo[0] = s.w_offset[q][r0], wo[1] = s.w_offset[q][r0 + 8];
+        int sums[4][4] = {};
+#pragma unroll
+        for (int q = 0; q < kStageChunks; ++q) {
+          if (q >= n_chunks) break;
+          uint2 a[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) a[h] = *reinterpret_cast<const uint2*>(s.w + (r0 + h * 8) * kPitchWords + q * 8 + 2 * t);
+          const int sub[2] = {s.w_sub_scale[q][r0], s.w_sub_scale[q][r0 + 8]};
+          float wo[2] = {};
+          if constexpr (I::kOffset) wo[0] = s.w_offset[q][r0], wo[1] = s.w_offset[q][r0 + 8];
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            const uint2 b = *reinterpret_cast<const uint2*>(s.x + (warp_col + ni * 8 + g) * kPitchWords + q * 8 + 2 * t);
+            constexpr int kZero[4] = {};
+            int dots[4];
+            mma_s8(dots, kZero, a[0].x, a[1].x, a[0].y, a[1].y, b.x, b.y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sums[ni][e] += sub[e / 2] * dots[e];
+            if constexpr (I::kOffset) {
+              const float2 xdsum = *reinterpret_cast<const float2*>(&s.x_dsum[q][warp_col + ni * 8 + 2 * t]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(-wo[e / 2], e % 2 ? xdsum.y : xdsum.x, acc[mi][ni][e]);
+            }
+          }
+        }
+        const float wd[2] = {s.w_block_scale[r0], s.w_block_scale[r0 + 8]};
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-          const int col = warp_col + ni * 8 + 2 * t;
-          const float2 xd = *reinterpret_cast<const float2*>(&s.x_d[q][col]);
-          float2 xdsum = {};
-          if constexpr (I::kOffset) xdsum = *reinterpret_cast<const float2*>(&s.x_dsum[q][col]);
+          const float2 xd = *reinterpret_cast<const float2*>(&s.x_d[0][warp_col + ni * 8 + 2 * t]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float d = e % 2 ? xd.y : xd.x;
-            float& sum = acc[mi][ni][e];
-            sum = fmaf(ws[e / 2] * d, __int_as_float(dots[ni][e]) - kDotBiasValue, sum);
-            if constexpr (I::kOffset) sum = fmaf(-wo[e / 2], e % 2 ? xdsum.y : xdsum.x, sum);
+          for (int e = 0; e < 4; ++e)
+            acc[mi][ni][e] = fmaf(wd[e / 2] * (e % 2 ? xd.y : xd.x), static_cast<float>(sums[ni][e]), acc[mi][ni][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < kStageChunks; ++q) {
+        if (c0 + q >= c_end) break;
+        uint2 a[2][2], b[4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            a[mi][h] = *reinterpret_cast<const uint2*>(s.w + (warp_row + mi * 16 + h * 8 + g) * kPitchWords + q * 8 + 2 * t);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+          b[ni] = *reinterpret_cast<const uint2*>(s.x + (warp_col + ni * 8 + g) * kPitchWords + q * 8 + 2 * t);
+        // One m16 tile at a time, so that only its 16 integer sums are live. Accumulator e of a
+        // tile: row g + 8·(e / 2), column 2t + e % 2. The sums start at kDotBias, so that each
+        // comes out as the bits of the float kDotBiasValue + dot (int-to-float conversion runs at
+        // a quarter of the FP32 rate; the subtraction is exact).
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          constexpr int kBias[4] = {kDotBias, kDotBias, kDotBias, kDotBias};
+          int dots[4][4];
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni)
+            mma_s8(dots[ni], kBias, a[mi][0].x, a[mi][1].x, a[mi][0].y, a[mi][1].y, b[ni].x, b[ni].y);
+          const int r0 = warp_row + mi * 16 + g;
+          const float ws[2] = {s.w_scale[q][r0], s.w_scale[q][r0 + 8]};
+          float wo[2] = {};
+          if constexpr (I::kOffset) wo[0] = s.w_offset[q][r0], wo[1] = s.w_offset[q][r0 + 8];
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            const int col = warp_col + ni * 8 + 2 * t;
+            const float2 xd = *reinterpret_cast<const float2*>(&s.x_d[q][col]);
+            float2 xdsum = {};
+            if constexpr (I::kOffset) xdsum = *reinterpret_cast<const float2*>(&s.x_dsum[q][col]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float d = e % 2 ? xd.y : xd.x;
+              float& sum = acc[mi][ni][e];
+              sum = fmaf(ws[e / 2] * d, __int_as_float(dots[ni][e]) - kDotBiasValue, sum);
+              if constexpr (I::kOffset) sum = fmaf(-wo[e / 2], e % 2 ? xdsum.y : xdsum.x, sum);
+            }
           }
         }
       }
