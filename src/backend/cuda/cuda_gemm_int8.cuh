@@ -3,9 +3,10 @@
 // quant pairs with the weight type (Q8_0 for 32-value blocks, Q8_K for 256-value blocks, rounded
 // exactly as quant's codecs round them), and each 32-value chunk of a weight row becomes 32 int8
 // codes with w = scale·code − offset. One m16n8k32 s8 mma.sync sums a chunk's code products
-// exactly; the chunk then adds scale·d·Σq_w·q_x − offset·d·Σq_x to an FP32 accumulator. The
-// result is the float64 product of the dequantized weights with the rounded activations, up to
-// FP32 accumulation (tests/ops/cuda_vs_ref_test.cpp).
+// exactly; the chunk then adds scale·d·Σq_w·q_x − offset·d·Σq_x to an FP32 accumulator (for
+// 256-value blocks, whose scale is a block scale times an integer sub-scale, a stage's chunks first
+// sum sub_scale·Σq_w·q_x in integers). The result is the float64 product of the dequantized
+// weights with the rounded activations, up to FP32 accumulation (tests/ops/cuda_vs_ref_test.cpp).
 //
 // Tile: 64 weight rows × 64 token columns per block of 4 warps (each 32 × 32), stages of 4 chunks
 // (128 values of K) in two shared-memory buffers: while the tensor cores run over one stage, the
