@@ -39,6 +39,12 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
   gdn_gate_values(alpha[i], beta_raw[i], A[h], dt[h], g[i], beta[i]);
 }
 
+// One value of the gated norm: x·r (r = 1/rms) rounded to FP32, then w·n·sigmoid(z) in FP64.
+__device__ __forceinline__ float gated_norm_value(float x, double r, float w, float z) {
+  const float n = static_cast<float>(x * r);
+  return static_cast<float>(w * static_cast<double>(n) * sigmoid_d(z));
+}
+
 // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z) over one group of dv values, by the whole block (x read
 // through L2: the fused scan reads values other blocks wrote). With q8.codes set (dv a multiple of
 // 32, as the block's threads are), each warp also writes the Q8_0 chunk of out it holds, chunk
@@ -47,8 +53,7 @@ __device__ __forceinline__ void gated_norm_group(const float* x, const float* z,
                                                  float* out, QuantizeTarget q8, int64_t first_chunk) {
   const double r = block_inv_rms(x, dv, eps);
   for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
-    float n = static_cast<float>(__ldcg(x + j) * r);
-    const float v = static_cast<float>(w[j] * static_cast<double>(n) * sigmoid_d(z[j]));
+    const float v = gated_norm_value(__ldcg(x + j), r, w[j], z[j]);
     out[j] = v;
     if (q8.codes) quantize_q8_0_value(v, first_chunk + j / 32, q8.codes, q8.scales);
   }
@@ -250,10 +255,7 @@ __global__ void __launch_bounds__(256)
                 wv[4] = {ws[k].x, ws[k].y, ws[k].z, ws[k].w};
     float v[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float n = static_cast<float>(xv[e] * r);  // as gated_norm_group rounds
-      v[e] = static_cast<float>(wv[e] * static_cast<double>(n) * sigmoid_d(zv[e]));
-    }
+    for (int e = 0; e < 4; ++e) v[e] = gated_norm_value(xv[e], r, wv[e], zv[e]);
     const int64_t q = o4 + k * 32 + lane;
     reinterpret_cast<float4*>(out)[q] = make_float4(v[0], v[1], v[2], v[3]);
     if (q8.codes) quantize_q8_0_quad(v, q / 8, q8.codes, q8.scales);
