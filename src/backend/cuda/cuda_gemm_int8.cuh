@@ -132,7 +132,8 @@ __device__ __forceinline__ void quantize_q8_k_block(const float* __restrict__ x,
 // order, 4 a word, and w = scale·code − offset). kBlock256: its activations are Q8_K, else Q8_0,
 // and its scale is an integer sub-scale of the chunk times a scale of the 256-value block
 // (w = block_scale·sub_scale·code − offset), so that the tile sums sub_scale·(code products) in
-// integers over the chunks of a block, where the activations' scale is one too.
+// integers over the chunks of a block, where the activations' scale is one too. kJobChunks: the
+// consecutive chunks (from an even one when 2) one load's Raw holds, each unpacked by its index.
 template <GgmlType kType>
 struct I8;
 
@@ -185,6 +186,7 @@ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return __ldg(re
 template <>
 struct I8<GgmlType::Q8_0> {
   static constexpr bool kBlock256 = false, kOffset = false;
+  static constexpr int kJobChunks = 1;
   struct Raw {
     uint32_t q[8];
     uint16_t d;
@@ -205,6 +207,7 @@ struct I8<GgmlType::Q8_0> {
 template <>
 struct I8<GgmlType::Q4_0> {
   static constexpr bool kBlock256 = false, kOffset = false;
+  static constexpr int kJobChunks = 1;
   struct Raw {
     uint32_t q[4];
     uint16_t d;
@@ -227,6 +230,7 @@ struct I8<GgmlType::Q4_0> {
 template <>
 struct I8<GgmlType::Q4_1> {
   static constexpr bool kBlock256 = false, kOffset = true;
+  static constexpr int kJobChunks = 1;
   struct Raw {
     uint32_t q[4];
     uint32_t dm;
@@ -248,6 +252,7 @@ struct I8<GgmlType::Q4_1> {
 template <>
 struct I8<GgmlType::IQ4_NL> {
   static constexpr bool kBlock256 = false, kOffset = false;
+  static constexpr int kJobChunks = 1;
   using Raw = I8<GgmlType::Q4_0>::Raw;
   __device__ static Raw load(const uint8_t* row, int64_t c, int64_t K) { return I8<GgmlType::Q4_0>::load(row, c, K); }
   __device__ static void unpack(const Raw& r, int64_t, uint32_t (&w)[8], float& scale, float& offset) {
@@ -261,6 +266,7 @@ struct I8<GgmlType::IQ4_NL> {
 template <>
 struct I8<GgmlType::IQ4_XS> {
   static constexpr bool kBlock256 = true, kOffset = false;
+  static constexpr int kJobChunks = 1;
   struct Raw {
     uint32_t q[4];
     uint32_t d_scales_h, scales_l;
@@ -285,44 +291,45 @@ struct I8<GgmlType::IQ4_XS> {
   }
 };
 
-// Q4_K and Q5_K: sub-block j = c % 8 of a 256-value block, w = d·sc_j·q − dmin·m_j.
+// Q4_K and Q5_K: sub-block j = c % 8 of a 256-value block, w = d·sc_j·q − dmin·m_j. Sub-blocks 2i
+// and 2i + 1 share their quant bytes (low and high nibbles) and the block's header, so one load
+// serves both chunks of such a pair (kJobChunks).
 template <>
 struct I8<GgmlType::Q4_K> {
   static constexpr bool kBlock256 = true, kOffset = true;
+  static constexpr int kJobChunks = 2;
   struct Raw {
     uint32_t q[8];
-    uint32_t dm, s[3];
+    uint4 header;  // d and dmin, then the 12 scale bytes
   };
   __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
     const uint8_t* b = row + (c / 8) * sizeof(quant::BlockQ4_K);
     Raw r;
-    r.dm = i8_detail::load_u32(b);
-#pragma unroll
-    for (int i = 0; i < 3; ++i) r.s[i] = i8_detail::load_u32(b + 4 + 4 * i);
+    r.header = __ldg(reinterpret_cast<const uint4*>(b));  // blocks are 144 bytes: 16-byte aligned
     i8_detail::load_32_bytes(b + 16 + (c % 8) / 2 * 32, r.q);
     return r;
   }
-  __device__ static void scale_offset(const Raw& r, int j, int& sub_scale, float& block_scale, float& offset) {
-    int m;
-    auto byte = [&](int i) {  // scale byte i, selected without indexing (which would go to local memory)
-      const uint32_t word = i < 4 ? r.s[0] : i < 8 ? r.s[1] : r.s[2];
-      return static_cast<int>((word >> (8 * (i % 4))) & 0xFF);
-    };
-    k4_scale_min(j, byte, sub_scale, m);
-    block_scale = f16(static_cast<uint16_t>(r.dm)), offset = f16(static_cast<uint16_t>(r.dm >> 16)) * m;
+  __device__ static void scale_offset(const uint4& header, int j, int& sub_scale, float& block_scale, float& offset) {
+    uint32_t scales, mins;
+    k4_scale_min_pair(header, j / 2, scales, mins);
+    const int shift = 8 * (j % 2);
+    sub_scale = static_cast<int>((scales >> shift) & 0xFF);
+    block_scale = f16(static_cast<uint16_t>(header.x));
+    offset = f16(static_cast<uint16_t>(header.x >> 16)) * static_cast<float>((mins >> shift) & 0xFF);
   }
   __device__ static void unpack(const Raw& r, int64_t c, uint32_t (&w)[8], int& sub_scale, float& block_scale,
                                 float& offset) {
     const int j = static_cast<int>(c % 8);
 #pragma unroll
     for (int i = 0; i < 8; ++i) w[i] = (r.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu;
-    scale_offset(r, j, sub_scale, block_scale, offset);
+    scale_offset(r.header, j, sub_scale, block_scale, offset);
   }
 };
 
 template <>
 struct I8<GgmlType::Q5_K> {
   static constexpr bool kBlock256 = true, kOffset = true;
+  static constexpr int kJobChunks = 2;
   struct Raw {
     I8<GgmlType::Q4_K>::Raw low;
     uint32_t qh[8];
@@ -330,9 +337,7 @@ struct I8<GgmlType::Q5_K> {
   __device__ static Raw load(const uint8_t* row, int64_t c, int64_t) {
     const uint8_t* b = row + (c / 8) * sizeof(quant::BlockQ5_K);
     Raw r;
-    r.low.dm = i8_detail::load_u32(b);
-#pragma unroll
-    for (int i = 0; i < 3; ++i) r.low.s[i] = i8_detail::load_u32(b + 4 + 4 * i);
+    r.low.header = __ldg(reinterpret_cast<const uint4*>(b));  // blocks are 176 bytes: 16-byte aligned
     i8_detail::load_32_bytes(b + 16, r.qh);
     i8_detail::load_32_bytes(b + 48 + (c % 8) / 2 * 32, r.low.q);
     return r;
@@ -343,7 +348,7 @@ struct I8<GgmlType::Q5_K> {
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       w[i] = ((r.low.q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((r.qh[i] >> j) & 0x01010101u) << 4);
-    I8<GgmlType::Q4_K>::scale_offset(r.low, j, sub_scale, block_scale, offset);
+    I8<GgmlType::Q4_K>::scale_offset(r.low.header, j, sub_scale, block_scale, offset);
   }
 };
 
@@ -428,38 +433,44 @@ __device__ void gemm_int8_tile_rows(WRow w_row, int64_t n_rows, int64_t K, int64
   if (tid < kGemmCols) x_rows[tid] = tid < n_cols ? static_cast<int64_t>(x_row(tid)) : -1;
   __syncthreads();
 
-  // Weights: jobs tid and tid + 128 are (row job / 4, chunk c0 + job % 4).
-  typename I::Raw raw[2];
+  // Weights: a job is kJobChunks chunks of a row decoded from one load; jobs tid, tid + 128, ...
+  // are (row job / kRowJobs, chunks c0 + kJobChunks·(job % kRowJobs) ...).
+  constexpr int kJobChunks = I::kJobChunks, kRowJobs = kStageChunks / kJobChunks;
+  constexpr int kThreadJobs = kGemmRows * kRowJobs / kGemmThreads;
+  typename I::Raw raw[kThreadJobs];
   auto load_weights = [&](int64_t c0) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
+    for (int m = 0; m < kThreadJobs; ++m) {
+      const int job = tid + m * kGemmThreads, r = job / kRowJobs, q = job % kRowJobs * kJobChunks;
       if (r < n_rows && c0 + q < c_end) raw[m] = I::load(w_row(r), c0 + q, K);
     }
   };
   auto store_weights = [&](Stage& s, int64_t c0) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const int job = tid + m * kGemmThreads, r = job / kStageChunks, q = job % kStageChunks;
-      float scale = 0.0f, offset = 0.0f;  // absent rows and chunks add nothing
-      int sub_scale = 0;
-      if (r < n_rows && c0 + q < c_end) {
-        uint32_t w[8];
-        if constexpr (I::kBlock256)
-          I::unpack(raw[m], c0 + q, w, sub_scale, scale, offset);
-        else
-          I::unpack(raw[m], c0 + q, w, scale, offset);
-        uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
-        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    for (int m = 0; m < kThreadJobs; ++m) {
+#pragma unroll
+      for (int i = 0; i < kJobChunks; ++i) {
+        const int job = tid + m * kGemmThreads, r = job / kRowJobs, q = job % kRowJobs * kJobChunks + i;
+        float scale = 0.0f, offset = 0.0f;  // absent rows and chunks add nothing
+        int sub_scale = 0;
+        if (r < n_rows && c0 + q < c_end) {
+          uint32_t w[8];
+          if constexpr (I::kBlock256)
+            I::unpack(raw[m], c0 + q, w, sub_scale, scale, offset);
+          else
+            I::unpack(raw[m], c0 + q, w, scale, offset);
+          uint4* dst = reinterpret_cast<uint4*>(s.w + r * kPitchWords + q * 8);
+          dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+          dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        }
+        if constexpr (I::kBlock256) {
+          s.w_sub_scale[q][r] = sub_scale;
+          if (q == 0) s.w_block_scale[r] = scale;  // chunk c0 is present whenever the stage is
+        } else {
+          s.w_scale[q][r] = scale;
+        }
+        if constexpr (I::kOffset) s.w_offset[q][r] = offset;
       }
-      if constexpr (I::kBlock256) {
-        s.w_sub_scale[q][r] = sub_scale;
-        if (q == 0) s.w_block_scale[r] = scale;  // chunk c0 is present whenever the stage is
-      } else {
-        s.w_scale[q][r] = scale;
-      }
-      if constexpr (I::kOffset) s.w_offset[q][r] = offset;
     }
   };
   // Tokens: 16-byte pieces p = tid + 128i of the stage's 64 columns × 128 codes, then the
