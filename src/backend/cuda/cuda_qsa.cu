@@ -6,6 +6,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
@@ -485,15 +486,16 @@ size_t mma_attend_words(int64_t hd) {
          3 * kMmaRows + 2 * kMmaChunk;
 }
 
+template <int kHd>
 __global__ void __launch_bounds__(kMmaWarps * 32)
     qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int32_t* __restrict__ sel,
-                          const int32_t* __restrict__ n_sel, int64_t hd, int64_t nh, int64_t nkv, int64_t cap,
-                          int64_t max_sel, float scale, float* __restrict__ out) {
+                          const int32_t* __restrict__ n_sel, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel,
+                          float scale, float* __restrict__ out) {
   grid_dependency_wait();
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv;
-  const int qp = static_cast<int>(hd) + 4, vp = static_cast<int>(hd) + 8;
+  constexpr int qp = kHd + 4, vp = kHd + 8, kPieces = kHd / 4;  // 16-byte pieces of a row
   uint32_t* q_hi = reinterpret_cast<uint32_t*>(attend_shared);  // [16][qp]
   uint32_t* q_lo = q_hi + kMmaRows * qp;
   float* ks = reinterpret_cast<float*>(q_lo + kMmaRows * qp);  // [32][qp]
@@ -507,7 +509,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
   const int64_t n_total = n_sel[t];
   const int32_t* sel_t = sel + t * max_sel;
-  const int pieces = static_cast<int>(hd) / 4;  // 16-byte pieces of a row
   auto set_rows = [&](int64_t j0, int32_t* r) {
     if (tid < kMmaChunk) {
       const int32_t row = j0 + tid < n_total ? sel_t[j0 + tid] : -1;
@@ -515,20 +516,22 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     }
   };
   auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {  // zeros for no position
-    for (int i = tid; i < kMmaChunk * pieces; i += blockDim.x) {
-      const int j = i / pieces, c = i % pieces;
+    static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
+#pragma unroll
+    for (int n = 0; n < kMmaChunk * kPieces / (kMmaWarps * 32); ++n) {
+      const int i = tid + n * kMmaWarps * 32, j = i / kPieces, c = i % kPieces;
       float* d = dst + j * pitch + 4 * c;
       if (r[j] >= 0)
-        cp_async_16(d, cache + (static_cast<int64_t>(r[j]) * nkv + g) * hd + 4 * c);
+        cp_async_16(d, cache + (static_cast<int64_t>(r[j]) * nkv + g) * kHd + 4 * c);
       else
         *reinterpret_cast<float4*>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     cp_async_commit();
   };
 
-  for (int64_t i = tid; i < kMmaRows * hd; i += blockDim.x) {
-    const int64_t h = i / hd, d = i % hd;
-    const SplitTf32 s = split_tf32(h < G ? q[(t * nh + g * G + h) * hd + d] : 0.0f);
+  for (int i = tid; i < kMmaRows * kHd; i += kMmaWarps * 32) {
+    const int h = i / kHd, d = i % kHd;
+    const SplitTf32 s = split_tf32(h < G ? q[(t * nh + g * G + h) * kHd + d] : 0.0f);
     q_hi[h * qp + d] = s.hi, q_lo[h * qp + d] = s.lo;
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
@@ -538,33 +541,36 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     request(kc, rows, ks, qp);
     request(vc, rows, vs, vp);
   }
-  const int half_dims = static_cast<int>(hd) / 2, dims = static_cast<int>(hd) / kMmaWarps, n_tiles = dims / 8;
+  constexpr int kHalfDims = kHd / 2, kDims = kHd / kMmaWarps, kTiles = kDims / 8;
   const int pos_tile = warp % 4, half = warp / 4;
-  float o[4][4] = {};
+  float o[kTiles][4] = {};
   for (int64_t j0 = 0, c = 0; j0 < n_total; j0 += kMmaChunk, ++c) {
     const int32_t* cur = rows + (c % 2) * kMmaChunk;
     int32_t* next = rows + ((c + 1) % 2) * kMmaChunk;
     const bool more = j0 + kMmaChunk < n_total;
     cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
     __syncthreads();
-    // Scores of positions 8·pos_tile .. +7 over this warp's half of the dimensions, each 32
-    // dimensions summed on their own (the tensor cores may truncate when they accumulate).
+    // Scores of positions 8·pos_tile .. +7 over this warp's half of the dimensions, each 8
+    // dimensions summed on their own: four independent chains of three mmas a 32 dimensions (one
+    // chain of twelve left the warps waiting on the tensor cores' latency).
     float score[4] = {};
     const float* krow = ks + (8 * pos_tile + gq) * qp;
-    for (int k0 = half * half_dims; k0 < (half + 1) * half_dims; k0 += 32) {
-      float part[4] = {};
 #pragma unroll
-      for (int kk = 0; kk < 32; kk += 8) {
-        const int k = k0 + kk + tq;
+    for (int k1 = 0; k1 < kHalfDims; k1 += 32) {
+      const int k0 = half * kHalfDims + k1;
+      float part[4][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const int k = k0 + 8 * kk + tq;
         const SplitTf32 a[4] = {{q_hi[gq * qp + k], q_lo[gq * qp + k]},
                                 {q_hi[(gq + 8) * qp + k], q_lo[(gq + 8) * qp + k]},
                                 {q_hi[gq * qp + k + 4], q_lo[gq * qp + k + 4]},
                                 {q_hi[(gq + 8) * qp + k + 4], q_lo[(gq + 8) * qp + k + 4]}};
         const SplitTf32 b[2] = {split_tf32(krow[k]), split_tf32(krow[k + 4])};
-        mma_split_tf32(part, a, b);
+        mma_split_tf32(part[kk], a, b);
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) score[e] += part[e];
+      for (int e = 0; e < 4; ++e) score[e] += (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
     }
     // Accumulator e: row gq + 8·(e / 2), position 8·pos_tile + 2·tq + e % 2.
 #pragma unroll
@@ -606,42 +612,41 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     else
       cp_async_wait<0>();
     __syncthreads();
-    // Values: o = o·rescale + P·V over this warp's dimensions.
+    // Values: o = o·rescale + P·V over this warp's dimensions, the chunk's first and second 16
+    // positions in chains of their own.
     const float r_lo = rescale[gq], r_hi = rescale[gq + 8];
-    float part[4][4] = {};
+    float part[2][kTiles][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kMmaChunk; kk += 8) {
       const float* p0 = ps + gq * kMmaPPitch + kk + tq;
       const float* p1 = p0 + 8 * kMmaPPitch;
       const SplitTf32 a[4] = {split_tf32(p0[0]), split_tf32(p1[0]), split_tf32(p0[4]), split_tf32(p1[4])};
-      const float* v0 = vs + (kk + tq) * vp + warp * dims + gq;
+      const float* v0 = vs + (kk + tq) * vp + warp * kDims + gq;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        if (ni >= n_tiles) break;
+      for (int ni = 0; ni < kTiles; ++ni) {
         const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[4 * vp + ni * 8])};
-        mma_split_tf32(part[ni], a, b);
+        mma_split_tf32(part[kk / 16][ni], a, b);
       }
     }
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      o[ni][0] = fmaf(o[ni][0], r_lo, part[ni][0]);
-      o[ni][1] = fmaf(o[ni][1], r_lo, part[ni][1]);
-      o[ni][2] = fmaf(o[ni][2], r_hi, part[ni][2]);
-      o[ni][3] = fmaf(o[ni][3], r_hi, part[ni][3]);
+    for (int ni = 0; ni < kTiles; ++ni) {
+      o[ni][0] = fmaf(o[ni][0], r_lo, part[0][ni][0] + part[1][ni][0]);
+      o[ni][1] = fmaf(o[ni][1], r_lo, part[0][ni][1] + part[1][ni][1]);
+      o[ni][2] = fmaf(o[ni][2], r_hi, part[0][ni][2] + part[1][ni][2]);
+      o[ni][3] = fmaf(o[ni][3], r_hi, part[0][ni][3] + part[1][ni][3]);
     }
     __syncthreads();  // V and P are read
     if (more) request(vc, next, vs, vp);
   }
   __syncthreads();  // run_l is final
 #pragma unroll
-  for (int ni = 0; ni < 4; ++ni) {
-    if (ni >= n_tiles) break;
+  for (int ni = 0; ni < kTiles; ++ni) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = gq + 8 * (e / 2);
       if (row >= G) continue;
       const float l = run_l[row];
-      const int64_t at = (t * nh + g * G + row) * hd + warp * dims + ni * 8 + 2 * tq + e % 2;
+      const int64_t at = (t * nh + g * G + row) * kHd + warp * kDims + ni * 8 + 2 * tq + e % 2;
       out[at] = l > 0 ? static_cast<float>(static_cast<double>(o[ni][e] / l) * sigmoid_d(gate[at])) : 0.0f;
     }
   }
@@ -825,17 +830,18 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 1)
 }
 
 // Rows row0 .. of a on the tensor cores, a token a block.
+template <int kHd>
 void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0) {
-  const int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
-  const int64_t max_sel = a.sel->ne(0), row = hd * nh;
-  [[maybe_unused]] static const bool shared_ready = [] {  // once, for the widest head
-    check(cudaFuncSetAttribute(qsa_attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(mma_attend_words(256) * sizeof(float))),
+  const int64_t nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
+  const int64_t max_sel = a.sel->ne(0), row = kHd * nh;
+  const size_t smem = mma_attend_words(kHd) * sizeof(float);
+  [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
+    check(cudaFuncSetAttribute(qsa_attend_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
           "qsa_attend_mma_kernel shared memory");
     return true;
   }();
-  const size_t smem = mma_attend_words(hd) * sizeof(float);
-  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(), a.sel->i32() + row0 * max_sel, a.n_sel->i32() + row0, hd, nh, nkv, a.k_cache->ne(2), max_sel, a.scale, a.out->f32() + row0 * row);
+  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel<kHd>, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(), a.sel->i32() + row0 * max_sel, a.n_sel->i32() + row0, nh, nkv, a.k_cache->ne(2), max_sel, a.scale, a.out->f32() + row0 * row);
 }
 
 // The first T rows of a (all dense).
@@ -956,21 +962,24 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   check_qsa_attend(a);
   if (nh * T == 0) return;
   // Prefill on the tensor cores: the leading dense rows by tiles of tokens, the rest a token a block.
-  const bool mma = T >= kMmaMinTokens && nh / nkv <= kMmaRows && hd % 64 == 0 && hd <= 256;
-  const bool dense_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256;
+  const bool tensor_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256;
+  const bool mma = T >= kMmaMinTokens && nh / nkv <= kMmaRows && tensor_hd;
   const int64_t rest = T - a.dense_rows;
-  if (dense_hd && a.dense_rows >= kDenseMinTokens && nh / nkv <= kFlashRows &&
-      (rest == 0 || (mma && rest >= kMmaMinTokens))) {
+  const bool dense = tensor_hd && a.dense_rows >= kDenseMinTokens && nh / nkv <= kFlashRows &&
+                     (rest == 0 || (mma && rest >= kMmaMinTokens));
+  if (dense || mma) {
+    const auto run = [&](auto head_width) {
+      constexpr int kHd = decltype(head_width)::value;
+      if (dense) launch_dense_attend<kHd>(stream_, a, a.dense_rows);
+      if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, a, dense ? a.dense_rows : 0);
+    };
     switch (hd) {
-      case 64: launch_dense_attend<64>(stream_, a, a.dense_rows); break;
-      case 128: launch_dense_attend<128>(stream_, a, a.dense_rows); break;
-      case 192: launch_dense_attend<192>(stream_, a, a.dense_rows); break;
-      case 256: launch_dense_attend<256>(stream_, a, a.dense_rows); break;
+      case 64: return run(std::integral_constant<int, 64>{});
+      case 128: return run(std::integral_constant<int, 128>{});
+      case 192: return run(std::integral_constant<int, 192>{});
+      case 256: return run(std::integral_constant<int, 256>{});
     }
-    if (rest > 0) launch_mma_attend(stream_, a, a.dense_rows);
-    return;
   }
-  if (mma) return launch_mma_attend(stream_, a, 0);
   if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
     // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
