@@ -662,19 +662,19 @@ __device__ __forceinline__ void panel_times_split_state(const float* X, int ld, 
                                                         int n0, int g, int t, float (&acc)[4]) {
 #pragma unroll 1
   for (int k0 = 0; k0 < dk; k0 += 32) {
-    float part[4][4] = {};  // a chain of mmas for each 8 of the 32, so that they overlap
+    float part[4] = {};
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if (k0 + 8 * kk >= dk) break;  // dk is a multiple of 16, not always of 32
+    for (int kk = 0; kk < 32; kk += 8) {
+      if (k0 + kk >= dk) break;  // dk is a multiple of 16, not always of 32
       SplitTf32 a[4];
-      a_fragment_rows(X, ld, r0, k0 + 8 * kk, g, t, a);
-      const uint2* p = S2 + (k0 + 8 * kk + t) * kMmaStatePitch + n0 + g;
+      a_fragment_rows(X, ld, r0, k0 + kk, g, t, a);
+      const uint2* p = S2 + (k0 + kk + t) * kMmaStatePitch + n0 + g;
       const uint2 s0 = p[0], s1 = p[4 * kMmaStatePitch];
       const SplitTf32 b[2] = {{s0.x, s0.y}, {s1.x, s1.y}};
-      mma_split_tf32(part[kk], a, b);
+      mma_split_tf32(part, a, b);
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[e] += (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
+    for (int e = 0; e < 4; ++e) acc[e] += part[e];
   }
 }
 
@@ -775,16 +775,16 @@ __global__ void __launch_bounds__(kChunkThreads, 2)
       panel_times_split_state(other, ld_rows, S2, dk, tile_row, tile_col, g, t, o);
 #pragma unroll
       for (int s0 = 0; s0 < kChunk; s0 += 32) {
-        float part[4][4] = {};
+        float part[4] = {};
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < 32; kk += 8) {
           SplitTf32 a[4], b[2];
-          a_fragment_rows(Pm, kMmaPPitch, tile_row, s0 + 8 * kk, g, t, a);
-          b_fragment(Vn, kMmaVnPitch, s0 + 8 * kk, tile_col, g, t, b);
-          mma_split_tf32(part[kk], a, b);
+          a_fragment_rows(Pm, kMmaPPitch, tile_row, s0 + kk, g, t, a);
+          b_fragment(Vn, kMmaVnPitch, s0 + kk, tile_col, g, t, b);
+          mma_split_tf32(part, a, b);
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] += (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
+        for (int e = 0; e < 4; ++e) o[e] += part[e];
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r)
