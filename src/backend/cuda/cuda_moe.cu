@@ -419,10 +419,15 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       tile.count, xq, [=](int c) { return static_cast<int64_t>(pairs[c] / k); },
       [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
         const float* gu = tile_sums_to_shared(acc, warp_row, warp_col, g, t);  // gate rows, then up
-        const int lane = threadIdx.x % 32;
-        for (int c = threadIdx.x / 32; c < tile.count; c += kGemmThreads / 32) {
-          const float h = static_cast<float>(silu_d(gu[lane * kTileSumsPitch + c]) * gu[(32 + lane) * kTileSumsPitch + c]);
-          quantize_q8_0_value(h, static_cast<int64_t>(pairs[c]) * (F / 32) + f0 / 32, h8.codes, h8.scales);
+        // Eight lanes a column (pair), rows 4·(lane % 8) .. +3 each: four chunks a warp at a time.
+        const int lane = threadIdx.x % 32, row0 = 4 * (lane % 8);
+        for (int c = 4 * (threadIdx.x / 32) + lane / 8; c - lane / 8 < tile.count; c += kGemmThreads / 8) {
+          if (c >= tile.count) continue;  // whole chunks of 8 lanes
+          float h[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            h[e] = static_cast<float>(silu_d(gu[(row0 + e) * kTileSumsPitch + c]) * gu[(32 + row0 + e) * kTileSumsPitch + c]);
+          quantize_q8_0_quad(h, static_cast<int64_t>(pairs[c]) * (F / 32) + f0 / 32, h8.codes, h8.scales);
         }
       });
 }
