@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
   const int n_cols = T - t0 < kGemmCols ? static_cast<int>(T - t0) : kGemmCols;
   for (int j = threadIdx.x; j < n_cols * S; j += kGemmThreads)  // a stream's 16 positions: 64 bytes
     prefetch_l2(R + (t0 + j / S) * S * H + (j % S) * H + p0, kTilePositions * sizeof(float), 0, 1);
-  gemm_int8_tile_rows<I>(
+  gemm_int8_tile_rows<I, 1>(  // the mix epilogue needs the registers
       [=](int row) { return up + ((row / kTilePositions) * H + p0 + row % kTilePositions) * row_bytes; }, kGemmRows, r,
       0, r / 32, n_cols, lo8, [=](int c) { return t0 + c; },
       [&](const float(&acc)[2][4][4], int warp_row, int warp_col, int g, int t) {
