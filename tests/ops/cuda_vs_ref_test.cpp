@@ -872,10 +872,11 @@ TEST_F(CudaVsRef, MoeGroupedGateUpFused) {
 
 // Prefill attention (64 tokens or more) on the tensor cores: a block per (token, kv head), the
 // group's heads as the rows of split-TF32 tiles (12 and 16 heads, and 5: padded rows), selections
-// of 70 lengths from 1 to 300 (whole and partial 32-position chunks), head widths 256 and 64.
+// of 70 lengths from 1 to 300 (whole and partial 32-position chunks), every head width the kernel
+// is instantiated for (256, 192, 128, 64).
 TEST_F(CudaVsRef, QsaAttendPrefillTensorCores) {
   const int64_t nkv = 2, cap = 700, max_sel = 300, T = 70;
-  for (int64_t hd : {256, 64}) {
+  for (int64_t hd : {256, 192, 128, 64}) {
     for (int64_t nh : {24, 32, 10}) {
       auto q = random_values(hd * nh * T, 510), gate = random_values(hd * nh * T, 511);
       auto kc = random_values(hd * nkv * cap, 512), vc = random_values(hd * nkv * cap, 513);
