@@ -468,26 +468,28 @@ __global__ void __launch_bounds__(kAttendThreads)
 // the GEMM tile of cuda_gemm.cuh). The selection is walked in chunks of 32 positions whose K and V
 // rows are gathered into shared memory by cp.async, software-pipelined: the next chunk's K rows
 // are requested as soon as this chunk's scores are computed, its V rows once this chunk's values
-// are added, so each copy overlaps the work between. Warp w scores positions 8(w % 4) .. +7 over
-// half the dimensions (w / 4) and accumulates output dimensions [w·hd/8, (w+1)·hd/8), with the
-// chunk kernel's running softmax. One split: each output is written finished.
+// are added, so each copy overlaps the work between. Warp w owns dimensions [w·hd/8, (w+1)·hd/8):
+// it keeps the group's Q fragments of them in registers for the whole selection, scores every
+// position of a chunk over them (four independent n8 tiles), and accumulates those output
+// dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores. One
+// split: each output is written finished.
 constexpr int kMmaChunk = 32;  // positions per chunk
 constexpr int kMmaWarps = 8;
 constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
 constexpr int kMmaPPitch = kMmaChunk + 4;  // ≡ 4 (mod 32): the A-fragment loads of P are conflict-free
 constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) take the split chunk kernel
 
-// Shared memory of qsa_attend_mma_kernel in 4-byte words: Q hi and lo, K rows (pitch hd + 4: the
-// fragment loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t,
-// columns g are), the two halves' scores (the first then holds P), the running max / sum /
+// Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 4: the fragment
+// loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t, columns g
+// are), the warps' partial scores (the first warp's then hold P), the running max / sum /
 // rescale of each row, and two chunks' cache rows.
 size_t mma_attend_words(int64_t hd) {
-  return 2 * kMmaRows * (hd + 4) + kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + 2 * kMmaRows * kMmaPPitch +
-         3 * kMmaRows + 2 * kMmaChunk;
+  return kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + kMmaWarps * kMmaRows * kMmaPPitch + 3 * kMmaRows +
+         2 * kMmaChunk;
 }
 
 template <int kHd>
-__global__ void __launch_bounds__(kMmaWarps * 32)
+__global__ void __launch_bounds__(kMmaWarps * 32, 2)
     qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int32_t* __restrict__ sel,
                           const int32_t* __restrict__ n_sel, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel,
@@ -496,12 +498,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv;
   constexpr int qp = kHd + 4, vp = kHd + 8, kPieces = kHd / 4;  // 16-byte pieces of a row
-  uint32_t* q_hi = reinterpret_cast<uint32_t*>(attend_shared);  // [16][qp]
-  uint32_t* q_lo = q_hi + kMmaRows * qp;
-  float* ks = reinterpret_cast<float*>(q_lo + kMmaRows * qp);  // [32][qp]
-  float* vs = ks + kMmaChunk * qp;                              // [32][vp]
-  float* ps = vs + kMmaChunk * vp;                              // [2 halves][16][kMmaPPitch]
-  float* run_m = ps + 2 * kMmaRows * kMmaPPitch;
+  float* ks = attend_shared;         // [32][qp]
+  float* vs = ks + kMmaChunk * qp;   // [32][vp]
+  float* ps = vs + kMmaChunk * vp;   // [8 warps][16][kMmaPPitch]
+  float* run_m = ps + kMmaWarps * kMmaRows * kMmaPPitch;
   float* run_l = run_m + kMmaRows;
   float* rescale = run_l + kMmaRows;
   int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [2 chunks][32], −1: no position
@@ -529,10 +529,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     cp_async_commit();
   };
 
-  for (int i = tid; i < kMmaRows * kHd; i += kMmaWarps * 32) {
-    const int h = i / kHd, d = i % kHd;
-    const SplitTf32 s = split_tf32(h < G ? q[(t * nh + g * G + h) * kHd + d] : 0.0f);
-    q_hi[h * qp + d] = s.hi, q_lo[h * qp + d] = s.lo;
+  // This warp's dimensions, 8 a step: the A fragments of Q (rows gq and gq + 8, zero past G).
+  constexpr int kDims = kHd / kMmaWarps, kSteps = kDims / 8;
+  SplitTf32 qa[kSteps][4];
+  const float* q_t = q + (t * nh + g * G) * kHd;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int k = warp * kDims + 8 * s + tq;
+    qa[s][0] = split_tf32(gq < G ? q_t[gq * kHd + k] : 0.0f);
+    qa[s][1] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k] : 0.0f);
+    qa[s][2] = split_tf32(gq < G ? q_t[gq * kHd + k + 4] : 0.0f);
+    qa[s][3] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k + 4] : 0.0f);
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
   set_rows(0, rows);
@@ -541,41 +548,32 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     request(kc, rows, ks, qp);
     request(vc, rows, vs, vp);
   }
-  constexpr int kHalfDims = kHd / 2, kDims = kHd / kMmaWarps, kTiles = kDims / 8;
-  const int pos_tile = warp % 4, half = warp / 4;
-  float o[kTiles][4] = {};
+  float o[kSteps][4] = {};  // output dimensions warp·kDims + 8·ni + 2·tq + e % 2 of row gq + 8·(e / 2)
   for (int64_t j0 = 0, c = 0; j0 < n_total; j0 += kMmaChunk, ++c) {
     const int32_t* cur = rows + (c % 2) * kMmaChunk;
     int32_t* next = rows + ((c + 1) % 2) * kMmaChunk;
     const bool more = j0 + kMmaChunk < n_total;
     cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
     __syncthreads();
-    // Scores of positions 8·pos_tile .. +7 over this warp's half of the dimensions, each 8
-    // dimensions summed on their own: four independent chains of three mmas a 32 dimensions (one
-    // chain of twelve left the warps waiting on the tensor cores' latency).
-    float score[4] = {};
-    const float* krow = ks + (8 * pos_tile + gq) * qp;
+    // Partial scores of the chunk's 32 positions over this warp's dimensions, an independent chain
+    // of mmas for each 8 positions. Accumulator e of tile ni: row gq + 8·(e / 2), position 8·ni +
+    // 2·tq + e % 2.
+    float part[4][4] = {};
 #pragma unroll
-    for (int k1 = 0; k1 < kHalfDims; k1 += 32) {
-      const int k0 = half * kHalfDims + k1;
-      float part[4][4] = {};
+    for (int s = 0; s < kSteps; ++s) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const int k = k0 + 8 * kk + tq;
-        const SplitTf32 a[4] = {{q_hi[gq * qp + k], q_lo[gq * qp + k]},
-                                {q_hi[(gq + 8) * qp + k], q_lo[(gq + 8) * qp + k]},
-                                {q_hi[gq * qp + k + 4], q_lo[gq * qp + k + 4]},
-                                {q_hi[(gq + 8) * qp + k + 4], q_lo[(gq + 8) * qp + k + 4]}};
-        const SplitTf32 b[2] = {split_tf32(krow[k]), split_tf32(krow[k + 4])};
-        mma_split_tf32(part[kk], a, b);
+      for (int ni = 0; ni < 4; ++ni) {
+        const float* krow = ks + (8 * ni + gq) * qp + warp * kDims + 8 * s + tq;
+        const SplitTf32 b[2] = {split_tf32(krow[0]), split_tf32(krow[4])};
+        mma_split_tf32(part[ni], qa[s], b);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) score[e] += (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
     }
-    // Accumulator e: row gq + 8·(e / 2), position 8·pos_tile + 2·tq + e % 2.
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      ps[(half * kMmaRows + gq + 8 * (e / 2)) * kMmaPPitch + 8 * pos_tile + 2 * tq + e % 2] = score[e];
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(ps + (warp * kMmaRows + gq + 8 * h) * kMmaPPitch + 8 * ni + 2 * tq) =
+            make_float2(part[ni][2 * h], part[ni][2 * h + 1]);
     if (more) set_rows(j0 + kMmaChunk, next);
     __syncthreads();  // K is read, the scores and the next rows are written
     if (more) request(kc, next, ks, qp);
@@ -585,7 +583,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int at = row * kMmaPPitch + c0 + i;
-        v[i] = cur[c0 + i] >= 0 ? (ps[at] + ps[kMmaRows * kMmaPPitch + at]) * scale : -INFINITY;
+        float sum = ps[at];
+#pragma unroll
+        for (int w = 1; w < kMmaWarps; ++w) sum += ps[w * kMmaRows * kMmaPPitch + at];
+        v[i] = cur[c0 + i] >= 0 ? sum * scale : -INFINITY;
         mx = fmaxf(mx, v[i]);
       }
 #pragma unroll
@@ -612,10 +613,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     else
       cp_async_wait<0>();
     __syncthreads();
-    // Values: o = o·rescale + P·V over this warp's dimensions, the chunk's first and second 16
-    // positions in chains of their own.
+    // Values: o = o·rescale + P·V over this warp's dimensions, a chain for each 8 of them.
     const float r_lo = rescale[gq], r_hi = rescale[gq + 8];
-    float part[2][kTiles][4] = {};
+    float pv[kSteps][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kMmaChunk; kk += 8) {
       const float* p0 = ps + gq * kMmaPPitch + kk + tq;
@@ -623,24 +623,24 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       const SplitTf32 a[4] = {split_tf32(p0[0]), split_tf32(p1[0]), split_tf32(p0[4]), split_tf32(p1[4])};
       const float* v0 = vs + (kk + tq) * vp + warp * kDims + gq;
 #pragma unroll
-      for (int ni = 0; ni < kTiles; ++ni) {
+      for (int ni = 0; ni < kSteps; ++ni) {
         const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[4 * vp + ni * 8])};
-        mma_split_tf32(part[kk / 16][ni], a, b);
+        mma_split_tf32(pv[ni], a, b);
       }
     }
 #pragma unroll
-    for (int ni = 0; ni < kTiles; ++ni) {
-      o[ni][0] = fmaf(o[ni][0], r_lo, part[0][ni][0] + part[1][ni][0]);
-      o[ni][1] = fmaf(o[ni][1], r_lo, part[0][ni][1] + part[1][ni][1]);
-      o[ni][2] = fmaf(o[ni][2], r_hi, part[0][ni][2] + part[1][ni][2]);
-      o[ni][3] = fmaf(o[ni][3], r_hi, part[0][ni][3] + part[1][ni][3]);
+    for (int ni = 0; ni < kSteps; ++ni) {
+      o[ni][0] = fmaf(o[ni][0], r_lo, pv[ni][0]);
+      o[ni][1] = fmaf(o[ni][1], r_lo, pv[ni][1]);
+      o[ni][2] = fmaf(o[ni][2], r_hi, pv[ni][2]);
+      o[ni][3] = fmaf(o[ni][3], r_hi, pv[ni][3]);
     }
     __syncthreads();  // V and P are read
     if (more) request(vc, next, vs, vp);
   }
   __syncthreads();  // run_l is final
 #pragma unroll
-  for (int ni = 0; ni < kTiles; ++ni) {
+  for (int ni = 0; ni < kSteps; ++ni) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = gq + 8 * (e / 2);
