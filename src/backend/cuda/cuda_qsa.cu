@@ -497,9 +497,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   grid_dependency_wait();
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv;
-  constexpr int qp = kHd + 4, vp = kHd + 8, kPieces = kHd / 4;  // 16-byte pieces of a row
-  float* ks = attend_shared;         // [32][qp]
-  float* vs = ks + kMmaChunk * qp;   // [32][vp]
+  constexpr int kp = kHd + 4, vp = kHd + 8;  // row pitches of K and V
+  constexpr int kPieces = kHd / 4;           // 16-byte pieces of a row
+  float* ks = attend_shared;         // [32][kp]
+  float* vs = ks + kMmaChunk * kp;   // [32][vp]
   float* ps = vs + kMmaChunk * vp;   // [8 warps][16][kMmaPPitch]
   float* run_m = ps + kMmaWarps * kMmaRows * kMmaPPitch;
   float* run_l = run_m + kMmaRows;
@@ -545,7 +546,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   set_rows(0, rows);
   __syncthreads();
   if (n_total > 0) {
-    request(kc, rows, ks, qp);
+    request(kc, rows, ks, kp);
     request(vc, rows, vs, vp);
   }
   float o[kSteps][4] = {};  // output dimensions warp·kDims + 8·ni + 2·tq + e % 2 of row gq + 8·(e / 2)
@@ -563,7 +564,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     for (int s = 0; s < kSteps; ++s) {
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        const float* krow = ks + (8 * ni + gq) * qp + warp * kDims + 8 * s + tq;
+        const float* krow = ks + (8 * ni + gq) * kp + warp * kDims + 8 * s + tq;
         const SplitTf32 b[2] = {split_tf32(krow[0]), split_tf32(krow[4])};
         mma_split_tf32(part[ni], qa[s], b);
       }
@@ -576,7 +577,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
             make_float2(part[ni][2 * h], part[ni][2 * h + 1]);
     if (more) set_rows(j0 + kMmaChunk, next);
     __syncthreads();  // K is read, the scores and the next rows are written
-    if (more) request(kc, next, ks, qp);
+    if (more) request(kc, next, ks, kp);
     {  // Running softmax: 16 lanes a row, 2 positions each.
       const int row = tid / 16, c0 = (tid % 16) * 2;
       float v[2], mx = -INFINITY;
