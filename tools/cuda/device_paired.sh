@@ -7,8 +7,9 @@
 # `regolith bench $BENCH` alternates between base and tree for ROUNDS rounds, and for the tree
 # come per-kernel profiles of the prefill lengths in PROFILE and, with DEPTH=1, decode at depths
 # 1K and 32K. With VARIANTS (environment settings of experiment switches, space-separated, e.g.
-# "REGOLITH_XGEMV=0 REGOLITH_XGEMV=1"), the tree alone is built and its ids and benches alternate
-# between those settings instead (no base/ needed).
+# "REGOLITH_XGEMV=0 REGOLITH_XGEMV=1"; commas join the settings of one variant, e.g.
+# "REGOLITH_XA=1,REGOLITH_XB=1"), the tree alone is built and its ids and benches alternate between
+# those settings instead (no base/ needed).
 #   tools/cuda/device_paired.sh
 #   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0),
 #        VARIANTS ("")
@@ -34,7 +35,7 @@ if [ -z "$variants" ]; then
   runs=("b0" "b")
   echo "b0: the base, b: the tree"
 else
-  for v in $variants; do runs+=("b $v"); done
+  for v in $variants; do runs+=("b ${v//,/ }"); done
 fi
 [ -x /tmp/b/regolith ] || { echo "device_paired: the tree's build failed"; exit 1; }
 model=/tmp/flash-next-64e-q4k.gguf
