@@ -9,33 +9,67 @@
 # 1K and 32K. With VARIANTS (environment settings of experiment switches, space-separated, e.g.
 # "REGOLITH_XGEMV=0 REGOLITH_XGEMV=1"; commas join the settings of one variant, e.g.
 # "REGOLITH_XA=1,REGOLITH_XB=1"), the tree alone is built and its ids and benches alternate between
-# those settings instead (no base/ needed).
+# those settings instead (no base/ needed). RUNS names the runs outright, space-separated, each a
+# build and its settings joined by commas: `tree`, `base` or one of TREES (more trees under
+# .devtree, e.g. `TREES=clean` for .devtree/clean, all built at once with the tree), e.g.
+# RUNS="base clean tree,REGOLITH_XA=1". CHECK=0 builds the tree without running `ctest -L cuda`.
 #   tools/cuda/device_paired.sh
 #   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0),
-#        VARIANTS ("")
+#        VARIANTS (""), RUNS (""), TREES (""), CHECK (1)
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
 since() { echo "$(($(date +%s) - t0)) s"; }
 variants=${VARIANTS:-}
-if [ -z "$variants" ]; then
+named_runs=${RUNS:-}
+# Other trees to build (BUILD_ONLY, in the background): "NAME DIR" pairs; base/ builds to /tmp/b0.
+others=()
+if { [ -z "$variants" ] && [ -z "$named_runs" ]; } || [[ " ${named_runs//,/ } " == *" base "* ]]; then
   [ -d base/tools/cuda ] || { echo "device_paired: no base/ (tools/cuda/devtree.sh BASE_REV)"; exit 1; }
-  [ -d base/.deps ] || cp -r .deps base/
-  (BUILD_ONLY=1 OUT=/tmp/base-out base/tools/cuda/device_check.sh /tmp/b0 >/tmp/base-build.txt 2>&1) &
+  others+=("base b0")
 fi
-tools/cuda/device_check.sh /tmp/b -- --timeout 90 >"$out/check.txt" 2>&1
-echo "tree: built, ctest -L cuda exit $? at $(since)"
-grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$out/check.txt"
+for t in ${TREES:-}; do
+  [ -d "$t/tools/cuda" ] || { echo "device_paired: no $t/ tree"; exit 1; }
+  others+=("$t b_$t")
+done
+for o in "${others[@]}"; do
+  set -- $o
+  [ -d "$1/.deps" ] || cp -r .deps "$1/"
+  (BUILD_ONLY=1 OUT="/tmp/$2-out" "$1/tools/cuda/device_check.sh" "/tmp/$2" >"/tmp/$2-build.txt" 2>&1) &
+done
+if [ "${CHECK:-1}" = 0 ]; then
+  BUILD_ONLY=1 tools/cuda/device_check.sh /tmp/b >"$out/check.txt" 2>&1
+  echo "tree: built (no tests) at $(since)"
+else
+  tools/cuda/device_check.sh /tmp/b -- --timeout 90 >"$out/check.txt" 2>&1
+  echo "tree: built, ctest -L cuda exit $? at $(since)"
+  grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$out/check.txt"
+fi
 wait
-# Each run is "BUILD ENV...": the base and the tree, or the tree under each setting of VARIANTS.
+for o in "${others[@]}"; do
+  set -- $o
+  echo "$1: $(tail -1 "/tmp/$2-build.txt")"
+  [ -x "/tmp/$2/regolith" ] || { echo "device_paired: the build of $1/ failed"; exit 1; }
+done
+# Each run is "BUILD ENV...": the runs RUNS names, the tree under each setting of VARIANTS, or
+# the base and the tree.
 runs=()
-if [ -z "$variants" ]; then
-  echo "base: $(tail -1 /tmp/base-build.txt)"
-  [ -x /tmp/b0/regolith ] || { echo "device_paired: the base build failed"; exit 1; }
+if [ -n "$named_runs" ]; then
+  for r in $named_runs; do
+    name=${r%%,*} settings=""
+    [[ "$r" == *,* ]] && settings=${r#*,}
+    case "$name" in
+      tree) dir=b ;;
+      base) dir=b0 ;;
+      *) dir=b_$name ;;
+    esac
+    runs+=("$dir${settings:+ ${settings//,/ }}")
+  done
+elif [ -n "$variants" ]; then
+  for v in $variants; do runs+=("b ${v//,/ }"); done
+else
   runs=("b0" "b")
   echo "b0: the base, b: the tree"
-else
-  for v in $variants; do runs+=("b ${v//,/ }"); done
 fi
 [ -x /tmp/b/regolith ] || { echo "device_paired: the tree's build failed"; exit 1; }
 model=/tmp/flash-next-64e-q4k.gguf
