@@ -10,32 +10,48 @@
 # "REGOLITH_XGEMV=0 REGOLITH_XGEMV=1"; commas join the settings of one variant, e.g.
 # "REGOLITH_XA=1,REGOLITH_XB=1"), the tree alone is built and its ids and benches alternate between
 # those settings instead (no base/ needed). RUNS names the runs outright, space-separated, each a
-# build and its settings joined by commas: `tree`, `base` or one of TREES (more trees under
-# .devtree, e.g. `TREES=clean` for .devtree/clean, all built at once with the tree), e.g.
-# RUNS="base clean tree,REGOLITH_XA=1". CHECK=0 builds the tree without running `ctest -L cuda`.
+# build and its settings joined by commas: `tree`, `base` or the name of another tree under
+# .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
+# tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
 #   tools/cuda/device_paired.sh
 #   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0),
-#        VARIANTS (""), RUNS (""), TREES (""), CHECK (1)
+#        VARIANTS (""), RUNS (""), CHECK (1)
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
 since() { echo "$(($(date +%s) - t0)) s"; }
-variants=${VARIANTS:-}
-named_runs=${RUNS:-}
-# Other trees to build (BUILD_ONLY, in the background): "NAME DIR" pairs; base/ builds to /tmp/b0.
-others=()
-if { [ -z "$variants" ] && [ -z "$named_runs" ]; } || [[ " ${named_runs//,/ } " == *" base "* ]]; then
-  [ -d base/tools/cuda ] || { echo "device_paired: no base/ (tools/cuda/devtree.sh BASE_REV)"; exit 1; }
-  others+=("base b0")
+# Each run is "BUILD ENV...": the runs RUNS names, the tree under each setting of VARIANTS, or
+# the base and the tree. Builds: b the tree, b0 base/, b_NAME the tree NAME/.
+runs=()
+if [ -n "${RUNS:-}" ]; then
+  for r in $RUNS; do
+    name=${r%%,*} settings=""
+    [[ "$r" == *,* ]] && settings=${r#*,}
+    case "$name" in
+      tree) dir=b ;;
+      base) dir=b0 ;;
+      *) dir=b_$name ;;
+    esac
+    runs+=("$dir${settings:+ ${settings//,/ }}")
+  done
+elif [ -n "${VARIANTS:-}" ]; then
+  for v in $VARIANTS; do runs+=("b ${v//,/ }"); done
+else
+  runs=("b0" "b")
+  echo "b0: the base, b: the tree"
 fi
-for t in ${TREES:-}; do
-  [ -d "$t/tools/cuda" ] || { echo "device_paired: no $t/ tree"; exit 1; }
-  others+=("$t b_$t")
+# The other trees the runs read, built (regolith only) in the background beside the tree.
+others=()
+for r in "${runs[@]}"; do
+  dir=${r%% *}
+  [ "$dir" = b ] || [[ " ${others[*]} " == *" $dir "* ]] || others+=("$dir")
 done
-for o in "${others[@]}"; do
-  set -- $o
-  [ -d "$1/.deps" ] || cp -r .deps "$1/"
-  (BUILD_ONLY=1 OUT="/tmp/$2-out" "$1/tools/cuda/device_check.sh" "/tmp/$2" >"/tmp/$2-build.txt" 2>&1) &
+tree_of() { [ "$1" = b0 ] && echo base || echo "${1#b_}"; }
+for dir in "${others[@]}"; do
+  t=$(tree_of "$dir")
+  [ -d "$t/tools/cuda" ] || { echo "device_paired: no $t/ (tools/cuda/devtree.sh BASE_REV writes base/)"; exit 1; }
+  [ -d "$t/.deps" ] || cp -r .deps "$t/"
+  (BUILD_ONLY=1 OUT="/tmp/$dir-out" "$t/tools/cuda/device_check.sh" "/tmp/$dir" >"/tmp/$dir-build.txt" 2>&1) &
 done
 if [ "${CHECK:-1}" = 0 ]; then
   BUILD_ONLY=1 tools/cuda/device_check.sh /tmp/b >"$out/check.txt" 2>&1
@@ -46,31 +62,10 @@ else
   grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$out/check.txt"
 fi
 wait
-for o in "${others[@]}"; do
-  set -- $o
-  echo "$1: $(tail -1 "/tmp/$2-build.txt")"
-  [ -x "/tmp/$2/regolith" ] || { echo "device_paired: the build of $1/ failed"; exit 1; }
+for dir in "${others[@]}"; do
+  echo "$(tree_of "$dir"): $(tail -1 "/tmp/$dir-build.txt")"
+  [ -x "/tmp/$dir/regolith" ] || { echo "device_paired: the build of $(tree_of "$dir")/ failed"; exit 1; }
 done
-# Each run is "BUILD ENV...": the runs RUNS names, the tree under each setting of VARIANTS, or
-# the base and the tree.
-runs=()
-if [ -n "$named_runs" ]; then
-  for r in $named_runs; do
-    name=${r%%,*} settings=""
-    [[ "$r" == *,* ]] && settings=${r#*,}
-    case "$name" in
-      tree) dir=b ;;
-      base) dir=b0 ;;
-      *) dir=b_$name ;;
-    esac
-    runs+=("$dir${settings:+ ${settings//,/ }}")
-  done
-elif [ -n "$variants" ]; then
-  for v in $variants; do runs+=("b ${v//,/ }"); done
-else
-  runs=("b0" "b")
-  echo "b0: the base, b: the tree"
-fi
 [ -x /tmp/b/regolith ] || { echo "device_paired: the tree's build failed"; exit 1; }
 model=/tmp/flash-next-64e-q4k.gguf
 [ -f "$model" ] || /tmp/b/regolith mkmodel --preset flash-next --experts 64 --type q8_0 \
