@@ -33,7 +33,7 @@ void Session::reset() {
 // rounds large buffers up to a power of two, and other sessions share the memory.
 int64_t Session::chunk_for(int64_t n, const EvalOptions& options) const {
   if (options.chunk > 0) return options.chunk;
-  n = std::max<int64_t>(n, 1);
+  if (n <= 1) return 1;  // a decode step asks the backend nothing (a device's free memory costs a driver call)
   std::optional<uint64_t> memory = options.memory_limit
                                        ? std::optional<uint64_t>(options.memory_limit)
                                        : engine_->backend().memory_available();
@@ -68,7 +68,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
     tokens_.insert(tokens_.end(), part.begin(), part.end());
     if (options.all_logits || i + chunk >= n) {  // without all_logits only the last chunk's row is kept
       std::vector<float> l = be.read_f32(logits);
-      out.insert(out.end(), l.begin(), l.end());
+      if (out.empty())
+        out = std::move(l);  // a decode step's 1 MB row is not copied again
+      else
+        out.insert(out.end(), l.begin(), l.end());
     }
   }
   if (static_cast<int64_t>(out.size()) != (options.all_logits ? n : std::min<int64_t>(n, 1)) * V)

@@ -183,6 +183,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
+  uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;
   cudaEvent_t gather_copied_ = nullptr;  // its last copy has finished
