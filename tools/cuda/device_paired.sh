@@ -14,7 +14,9 @@
 # .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
 # tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
 #   tools/cuda/device_paired.sh
-#   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0),
+# Past DEADLINE seconds (default 540: a device call ends at 600, and what it printed is lost with
+# it) no further bench starts.
+#   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0), DEADLINE (540),
 #        VARIANTS (""), RUNS (""), CHECK (1)
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
@@ -82,8 +84,10 @@ for r in "${runs[@]}"; do
   echo "ids $r: $(run_as "$r" run -m "$model" --backend cuda --tokens "$(seq -s, 1 300)" --ids --ignore-eos \
     -n 40 --temp 0 2>/dev/null | md5sum)"
 done
+late() { [ $(($(date +%s) - t0)) -gt "${DEADLINE:-540}" ] && echo "past DEADLINE at $(since): no more benches"; }
 for round in $(seq "${ROUNDS:-2}"); do
   for r in "${runs[@]}"; do
+    late && break 2
     echo "== $r, round $round"
     # shellcheck disable=SC2086
     run_as "$r" bench -m "$model" --backend cuda ${BENCH:--p 2048,8192 -n 32 -r 2} 2>&1 | grep -E "^\| (pp|tg)"
@@ -91,10 +95,11 @@ for round in $(seq "${ROUNDS:-2}"); do
 done
 echo "benches at $(since)"
 for p in ${PROFILE-2048}; do
+  late && break
   REGOLITH_CUDA_PROFILE=1 /tmp/b/regolith bench -m "$model" --backend cuda -p "$p" -n 0 -r 1 2>&1 |
     grep -A25 "multi-token calls, per op/kernel"
 done
-if [ "${DEPTH:-0}" = 1 ]; then
+if [ "${DEPTH:-0}" = 1 ] && ! late; then
   /tmp/b/regolith bench -m "$model" --backend cuda -p 512 -n 128 -d 1024,32768 -r 1 --fill-chunk 4096 2>&1 |
     grep -E "^\| (pp|tg)"
 fi
