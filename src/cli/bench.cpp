@@ -6,7 +6,10 @@
 // (dense weights once, k of E experts, embedding and n-gram rows) times tokens/s, and that as a
 // share of the backend's measured device-to-device copy bandwidth (bytes read + written). "issue
 // ms/token" is the host's time to issue a decode step before it waits for the logits: on the
-// GPU, a value near ms/token means decode is bound by launching work, not by the device.
+// GPU, a value near ms/token means decode is bound by launching work, not by the device. With
+// --queued a second decode row ("tgN queued") issues the steps back to back and reads logits only
+// after the last: no real decoding works that way (a step's token comes from the last one's
+// logits), but the difference between the rows is what the wait between steps costs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +31,7 @@ struct BenchArgs {
   std::string model, prompts = "512", depths = "0";
   BackendOptions backend;
   int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
+  bool queued = false;
   uint32_t seed = 1;
 };
 
@@ -111,25 +115,30 @@ void run_bench(const BenchArgs& a) {
       std::printf("| pp%d | %d | %.1f ± %.1f | %.3f | | | |\n", P, depth, st.median, st.stddev, 1e3 / st.median);
       std::fflush(stdout);
     }
-    if (a.n_gen > 0) {
+    // Decode steps one token at a time; queued: no step waits for its logits but the last.
+    auto decode = [&](bool queued) {
       std::vector<double> rates, issue_ms;
       std::vector<int32_t> tokens = random_tokens(a.n_gen, V, rng);
       for (int64_t r = 0; r < a.reps + 1; ++r) {
         s.restore(at_depth);
         double issue = 0, step_issue = 0;
         auto t0 = Clock::now();
-        for (int32_t t : tokens) {
-          s.eval(std::span<const int32_t>(&t, 1), {.all_logits = false, .issue_seconds = &step_issue});
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          s.eval(std::span<const int32_t>(&tokens[i], 1),
+                 {.all_logits = false, .issue_seconds = &step_issue, .read_logits = !queued || i + 1 == tokens.size()});
           issue += step_issue;
         }
         if (r > 0) rates.push_back(a.n_gen / seconds_since(t0)), issue_ms.push_back(1e3 * issue / a.n_gen);
       }
       Stats st = stats(rates);
       double gbs = token_bytes * st.median / 1e9;
-      std::printf("| tg%lld | %d | %.1f ± %.1f | %.3f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen, depth,
-                  st.median, st.stddev, 1e3 / st.median, stats(issue_ms).median, gbs, 100.0 * gbs * 1e9 / copy_bw);
+      std::printf("| tg%lld%s | %d | %.1f ± %.1f | %.3f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen,
+                  queued ? " queued" : "", depth, st.median, st.stddev, 1e3 / st.median, stats(issue_ms).median, gbs,
+                  100.0 * gbs * 1e9 / copy_bw);
       std::fflush(stdout);
-    }
+    };
+    if (a.n_gen > 0) decode(false);
+    if (a.n_gen > 0 && a.queued) decode(true);
   }
 }
 
@@ -147,6 +156,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--fill-chunk", a.fill_chunk, "Tokens per forward call when filling the context to a depth")
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the random token ids")->capture_default_str();
+  cmd->add_flag("--queued", a.queued,
+                "Also time decode with the steps queued back to back (no logits read between them): the "
+                "device's own time per token, without the wait and the host's work between steps");
   cmd->callback([] { run_bench(a); });
 }
 

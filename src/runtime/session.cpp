@@ -66,7 +66,8 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
     if (options.issue_seconds)
       *options.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tokens_.insert(tokens_.end(), part.begin(), part.end());
-    if (options.all_logits || i + chunk >= n) {  // without all_logits only the last chunk's row is kept
+    // Without all_logits only the last chunk's row is kept.
+    if (options.read_logits && (options.all_logits || i + chunk >= n)) {
       std::vector<float> l = be.read_f32(logits);
       if (out.empty())
         out = std::move(l);  // a decode step's 1 MB row is not copied again
@@ -74,7 +75,8 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
         out.insert(out.end(), l.begin(), l.end());
     }
   }
-  if (static_cast<int64_t>(out.size()) != (options.all_logits ? n : std::min<int64_t>(n, 1)) * V)
+  const int64_t rows_read = !options.read_logits ? 0 : options.all_logits ? n : std::min<int64_t>(n, 1);
+  if (static_cast<int64_t>(out.size()) != rows_read * V)
     fail("eval: got ", out.size(), " logits for ", n, " tokens of a ", V, "-token vocabulary");
   return out;
 }

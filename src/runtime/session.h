@@ -43,6 +43,9 @@ struct EvalOptions {
   // When set, receives the seconds the host spent issuing the forward passes, before it waited for
   // the logits: on an asynchronous backend, how close decode is to being bound by launching work.
   double* issue_seconds = nullptr;
+  // False: no logits come back (an empty result), so nothing waits for the forward passes and, on an
+  // asynchronous backend, the next eval's work queues behind them (bench's queued decode).
+  bool read_logits = true;
 };
 
 // A complete copy of a Session's state at one point of its timeline.

@@ -77,6 +77,21 @@ TEST_P(Consistency, LastLogitsOnlyEqualsLastRow) {
   expect_within_tolerance(compare_logits(last, want, V), "last row");
 }
 
+// Steps evaluated without their logits (bench's queued decode) advance the session exactly as
+// steps that read them do: the next token's logits are the same bits.
+TEST_P(Consistency, StepsWithoutLogitsAdvanceTheSameWay) {
+  auto tokens = prompt(12);
+  Session read(engine_), unread(engine_);
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+    std::span<const int32_t> step(&tokens[i], 1);
+    EXPECT_EQ(static_cast<int64_t>(read.eval(step).size()), engine_->n_vocab());
+    EXPECT_TRUE(unread.eval(step, {.read_logits = false}).empty());
+  }
+  EXPECT_EQ(unread.tokens(), read.tokens());
+  std::span<const int32_t> last(&tokens.back(), 1);
+  EXPECT_EQ(unread.eval(last), read.eval(last));
+}
+
 TEST_P(Consistency, RestoreThenContinueEqualsUninterrupted) {
   auto a = prompt(30, 2), b = prompt(25, 3), detour = prompt(40, 4);
   Session straight(engine_);
