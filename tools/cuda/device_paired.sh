@@ -69,7 +69,6 @@ for dir in "${others[@]}"; do
   [ -x "/tmp/$dir/regolith" ] || { echo "device_paired: the build of $(tree_of "$dir")/ failed"; exit 1; }
 done
 [ -x /tmp/b/regolith ] || { echo "device_paired: the tree's build failed"; exit 1; }
-source tools/cuda/run_env.sh  # again: on a fresh machine the build has only now unpacked the tokenizer's libraries
 model=/tmp/flash-next-64e-q4k.gguf
 [ -f "$model" ] || /tmp/b/regolith mkmodel --preset flash-next --experts 64 --type q8_0 \
   --tensor-type expert_gate_up=q4_k --repeat-experts -o "$model" >"$out/mkmodel.txt" 2>&1
