@@ -137,8 +137,10 @@ void run_bench(const BenchArgs& a) {
                   100.0 * gbs * 1e9 / copy_bw);
       std::fflush(stdout);
     };
-    if (a.n_gen > 0) decode(false);
-    if (a.n_gen > 0 && a.queued) decode(true);
+    if (a.n_gen > 0) {
+      decode(false);
+      if (a.queued) decode(true);
+    }
   }
 }
 
