@@ -128,22 +128,23 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
   }
 }
 
-// Pooled keys written directly: 300 blocks (two scan chunks of the selection kernel), a third of
-// them zero (score exactly 0 after the relu) and pairs of equal rows (equal positive scores). A few
-// tokens (decode's warp per block) and 150 (prefill's tiles of 64 tokens × 64 blocks; d = 40 is
-// not a multiple of the tiles' 32-value slices).
+// Pooled keys written directly: 300 blocks, a third of them zero (score exactly 0 after the relu)
+// and pairs of equal rows (equal positive scores). A few tokens (decode's warp per block) and 150
+// (prefill's tiles of 64 tokens × 64 blocks; d = 40 is not a multiple of the tiles' 32-value
+// slices). Then 2,600 blocks, so that each thread of the selection kernel takes a run of three
+// blocks or fewer and the ties at the threshold fall in many runs.
 TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
-  const int64_t nh = 3, ratio = 4, nb = 300;
+  const int64_t nh = 3, ratio = 4;
   std::vector<int64_t> many;
   for (int64_t t = 0; t < 150; ++t) many.push_back(t * 8 + t % 5);
-  auto check = [&](const std::vector<int64_t>& pos, int64_t d) {
+  auto check = [&](const std::vector<int64_t>& pos, int64_t d, int64_t nb, const std::vector<int64_t>& tops) {
     auto pooled_v = random_values(d * nb, 70);
     for (int64_t b = 0; b < nb; ++b) {
       if (b % 3 == 1) std::fill(pooled_v.begin() + b * d, pooled_v.begin() + (b + 1) * d, 0.0f);
       if (b % 7 == 5) std::copy(pooled_v.begin() + (b - 1) * d, pooled_v.begin() + b * d, pooled_v.begin() + b * d);
     }
     const int64_t T = static_cast<int64_t>(pos.size());
-    for (int64_t top : {1, 5, 37, 200, 400}) {
+    for (int64_t top : tops) {
       int64_t max_sel = top * ratio + ratio - 1;
       auto iq = random_values(d * nh * T, 71 + top);
       std::vector<int32_t> got[2];
@@ -162,8 +163,10 @@ TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
       EXPECT_EQ(got[0], got[1]) << "T " << T << " top " << top;
     }
   };
-  check({0, 3, 9, 150, 700, 1023, 1199, 1201, 1202}, 16);
-  check(many, 40);
+  const std::vector<int64_t> tops = {1, 5, 37, 200, 400};
+  check({0, 3, 9, 150, 700, 1023, 1199, 1201, 1202}, 16, 300, tops);
+  check(many, 40, 300, tops);
+  check({2051, 4100, 7003, 10398, 10399, 10402}, 16, 2600, {1, 37, 512, 1500, 2599});
 }
 
 TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {

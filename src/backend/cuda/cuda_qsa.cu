@@ -205,9 +205,10 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 // Decode has one row, so the block is as wide as a block gets: at 32K context each pass reads the
 // row's 8,192 scores.
 constexpr int kChooseThreads = 1024;
-__global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* scores, const int64_t* positions,
-                                                                    int64_t ratio, int64_t top_blocks, int64_t nb_max,
-                                                                    int64_t max_sel, int32_t* sel, int32_t* n_sel) {
+__global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* __restrict__ scores,
+                                                                    const int64_t* positions, int64_t ratio,
+                                                                    int64_t top_blocks, int64_t nb_max, int64_t max_sel,
+                                                                    int32_t* sel, int32_t* n_sel) {
   grid_dependency_wait();
   using Scan = cub::BlockScan<int, kChooseThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   const int64_t t = blockIdx.x, p = positions[t], nb = (p + 1) / ratio, k = min(top_blocks, nb);
   const double* sc = scores + t * nb_max;
   int32_t* out = sel + t * max_sel;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32;
 
   // Radix select, 8 bits a pass from the top: tau = the k-th largest key under `mask`, and how
   // many of the blocks whose masked key equals tau are still to be taken. A pass whose digit
@@ -238,9 +239,16 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
       for (int i = tid; i < 256; i += kChooseThreads) hist[i] = 0;
       __syncthreads();
       const uint64_t prefix = s_prefix;
-      for (int64_t b = tid; b < nb; b += kChooseThreads) {
-        uint64_t key = score_key(sc[b]);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
+      // Every lane of a warp takes the same trips (base is the block's), so all of them meet in
+      // the match: lanes with the same digit add their count once. In the first passes nearly
+      // every key has the same digit (the scores' sign and exponent), and one shared counter took
+      // them one at a time.
+      for (int64_t base = 0; base < nb; base += kChooseThreads) {
+        const int64_t b = base + tid;
+        const uint64_t key = b < nb ? score_key(sc[b]) : 0;
+        const unsigned digit = b < nb && (key & mask) == prefix ? static_cast<unsigned>(key >> shift) & 255u : 256u;
+        const unsigned peers = __match_any_sync(0xffffffffu, digit);
+        if (digit < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], static_cast<unsigned>(__popc(peers)));
       }
       __syncthreads();
       if (tid < 32) {
@@ -281,23 +289,32 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   const int64_t need_eq = s_remaining;
 
   // Blocks in index order: every masked key above tau, and the first need_eq keys equal to it.
-  int64_t taken = 0, eq_seen = 0;
-  for (int64_t base = 0; base < nb && k > 0; base += kChooseThreads) {
-    const int64_t b = base + tid;
-    const bool valid = b < nb;
-    const uint64_t key = valid && !take_all ? score_key(sc[b]) & mask : 0;  // a row taking all has no scores
-    const int gt = valid && (take_all || key > tau), eq = valid && !take_all && key == tau;
-    int eq_before, eq_total;
-    Scan(scan_storage).ExclusiveSum(eq, eq_before, eq_total);
-    __syncthreads();
-    const int chosen = gt || (eq && eq_seen + eq_before < need_eq);
-    int chosen_before, chosen_total;
-    Scan(scan_storage).ExclusiveSum(chosen, chosen_before, chosen_total);
-    __syncthreads();
-    if (chosen)
-      for (int64_t i = 0; i < ratio; ++i) out[(taken + chosen_before) * ratio + i] = static_cast<int32_t>(b * ratio + i);
-    taken += chosen_total;
-    eq_seen += eq_total;
+  // Thread i takes a run of consecutive blocks, so two scans over the block (how many keys equal
+  // to tau come before each run, then how many chosen) place every run's picks, however long the
+  // row (they were two scans a 1,024 blocks).
+  const int64_t run = k > 0 ? (nb + kChooseThreads - 1) / kChooseThreads : 0;
+  const int64_t b0 = min(nb, tid * run), b1 = min(nb, b0 + run);
+  const auto masked_key = [&](int64_t b) { return take_all ? 0 : score_key(sc[b]) & mask; };  // a row taking all has no scores
+  int gt = 0, eq = 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint64_t key = masked_key(b);
+    gt += take_all || key > tau;
+    eq += !take_all && key == tau;
+  }
+  int eq_before, chosen_before, total;
+  Scan(scan_storage).ExclusiveSum(eq, eq_before, total);
+  __syncthreads();
+  const int64_t eq_wanted = need_eq - eq_before;
+  int eq_left = eq_wanted <= 0 ? 0 : eq_wanted < eq ? static_cast<int>(eq_wanted) : eq;
+  Scan(scan_storage).ExclusiveSum(gt + eq_left, chosen_before, total);
+  int64_t at = chosen_before;
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint64_t key = masked_key(b);
+    bool chosen = take_all || key > tau;
+    if (!chosen && key == tau && eq_left > 0) chosen = true, --eq_left;
+    if (!chosen) continue;
+    for (int64_t i = 0; i < ratio; ++i) out[at * ratio + i] = static_cast<int32_t>(b * ratio + i);
+    ++at;
   }
   const int64_t n_tail = p + 1 - nb * ratio, n_total = k * ratio + n_tail;
   for (int64_t i = tid; i < n_tail; i += kChooseThreads) out[k * ratio + i] = static_cast<int32_t>(nb * ratio + i);
@@ -864,9 +881,12 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
 // per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
 // chunks spread over the threads (at depth 32K a head has up to 128 chunks, which every thread
-// used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c. With
-// x8 set and a thread per value of a head (hd a multiple of 32), each warp also writes its 32
-// values' Q8_0 chunk for the output projection.
+// used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c,
+// whose loads go out kCombineBatch chunks at a time (one at a time, each waited a memory trip: at
+// depth 8K a decode call's 33 chunks took about 20 µs); the sums keep chunk order. With x8 set
+// and a thread per value of a head (hd a multiple of 32), each warp also writes its 32 values'
+// Q8_0 chunk for the output projection.
+constexpr int kCombineBatch = 8;
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
                                           const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
                                           float* out, QuantizeTarget x8) {
@@ -886,8 +906,15 @@ __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m
   L = block_sum(L);  // its barriers also publish w
   for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
     float o = 0;
-    for (int64_t c = 0; c < n_chunks; ++c)
-      if (w[c] != 0.0f) o = fmaf(w[c], part_o[(first + c * G) * hd + i], o);
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += kCombineBatch) {
+      float v[kCombineBatch];  // a chunk without positions may hold no o_c: never read
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u)
+        v[u] = c0 + u < n_chunks && w[c0 + u] != 0.0f ? part_o[(first + (c0 + u) * G) * hd + i] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u)
+        if (c0 + u < n_chunks && w[c0 + u] != 0.0f) o = fmaf(w[c0 + u], v[u], o);
+    }
     const int64_t at = (t * nh + h) * hd + i;
     const float v = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
     out[at] = v;
