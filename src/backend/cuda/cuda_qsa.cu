@@ -375,9 +375,9 @@ constexpr int kAttendChunk = 64;
 constexpr int kAttendMaxGroup = 16;  // query heads per kv head
 constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
 constexpr int64_t kAttendTargetBlocks = 2048;
-// Below this many blocks, chunks get shorter: a decode's 2,051 selected positions over two kv
-// heads make chunks of 40 positions, 104 blocks (at 64 blocks, 64 positions: decode at depth 8K
-// and 32K 4% slower on an H200).
+// Chunks get shorter so that a call's positions spread over about this many blocks: a decode's
+// 2,051 selected positions over two kv heads make chunks of 40 positions, 104 blocks (at 64, 64
+// positions and 66 blocks: decode at depth 8K and 32K 4% slower on an H200).
 constexpr int64_t kAttendMinBlocks = 128;
 constexpr int kValueBatch = 8;            // V rows a thread loads before adding any
 
@@ -885,10 +885,9 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 // per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
 // chunks spread over the threads (at depth 32K a head has up to 128 chunks, which every thread
 // used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c,
-// whose loads go out kCombineBatch chunks at a time (one at a time, each waited a memory trip: at
-// depth 8K a decode call's 33 chunks took about 20 µs); the sums keep chunk order. With x8 set
-// and a thread per value of a head (hd a multiple of 32), each warp also writes its 32 values'
-// Q8_0 chunk for the output projection.
+// whose loads go out kCombineBatch chunks at a time rather than one after another; the sums keep
+// chunk order. With x8 set and a thread per value of a head (hd a multiple of 32), each warp also
+// writes its 32 values' Q8_0 chunk for the output projection.
 constexpr int kCombineBatch = 8;
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
                                           const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
