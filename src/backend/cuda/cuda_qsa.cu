@@ -883,7 +883,7 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
 // per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
-// chunks spread over the threads (at depth 32K a head has up to 128 chunks, which every thread
+// chunks spread over the threads (a decode's full selection has 52 chunks, which every thread
 // used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c,
 // whose loads go out kCombineBatch chunks at a time rather than one after another; the sums keep
 // chunk order. With x8 set and a thread per value of a head (hd a multiple of 32), each warp also
