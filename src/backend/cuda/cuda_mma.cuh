@@ -56,6 +56,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
                "l"(src));
 }
+// 16 bytes from src when `copy`, else 16 zero bytes (src is not read, but must be a valid address):
+// one instruction either way, so a loop of such copies has no branches to wait on its conditions.
+__device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(copy ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
                "l"(src));

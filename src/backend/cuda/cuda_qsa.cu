@@ -536,16 +536,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       r[tid] = row >= 0 && row < cap ? row : -1;
     }
   };
-  auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {  // zeros for no position
+  // Zeros for no position; without branches, so that a thread's reads of r[] are all issued before
+  // its copies wait on them.
+  auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {
     static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
+    const unsigned first = threadIdx.x;
 #pragma unroll
     for (int n = 0; n < kMmaChunk * kPieces / (kMmaWarps * 32); ++n) {
-      const int i = tid + n * kMmaWarps * 32, j = i / kPieces, c = i % kPieces;
-      float* d = dst + j * pitch + 4 * c;
-      if (r[j] >= 0)
-        cp_async_16(d, cache + (static_cast<int64_t>(r[j]) * nkv + g) * kHd + 4 * c);
-      else
-        *reinterpret_cast<float4*>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const unsigned i = first + n * kMmaWarps * 32, j = i / kPieces, c = i % kPieces;
+      const int32_t row = r[j];
+      cp_async_16_or_zero(dst + j * pitch + 4 * c, cache + (static_cast<int64_t>(max(row, 0)) * nkv + g) * kHd + 4 * c,
+                          row >= 0);
     }
     cp_async_commit();
   };
