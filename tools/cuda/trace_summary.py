@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Where one-token forwards spend their time, from kernel_trace.cpp's timeline.
+
+    tools/cuda/trace_summary.py TRACE [--steps N]
+
+A forward starts at the token embedding's get_rows_kernel (the first get_rows at least 300
+kernels after the last start). Within a forward, in launch order, a kernel's share of the chain is
+end_i - end_(i-1): with programmatic dependent launch a kernel starts while its predecessor runs
+and waits for it, so durations overlap, but the ends are in chain order and the shares sum to the
+forward's time. Kernels are grouped by name and grid (the same product kernel over different
+matrices has different grids). The gap between forwards (host time: reading logits, issuing) is
+shown apart. The last N forwards (default 16) are summarised, medians of their per-forward sums.
+"""
+import argparse
+import collections
+import re
+import statistics
+import subprocess
+
+
+def short_name(name):
+    """The kernel's own name: no namespaces, template arguments or parameters."""
+    name = name.replace("(anonymous namespace)::", "")
+    base = re.split(r"[<(]", name)[0].split("::")[-1].strip()
+    return base.split(" ")[-1] or name
+
+
+def demangle(names):
+    """Demangled names by c++filt where it exists (CUPTI records mangled names)."""
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+        return dict(zip(names, out.split("\n")))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def load(path):
+    raw = [line.rstrip("\n").split(" ", 7) for line in open(path)]
+    raw = [p for p in raw if len(p) == 8]
+    names = demangle(sorted({p[7] for p in raw}))
+    return [(int(p[0]), int(p[1]), (int(p[2]), int(p[3]), int(p[4])), int(p[5]), int(p[6]), short_name(names[p[7]]))
+            for p in raw]
+
+
+def forwards(rows, min_kernels=300):
+    starts, last = [], -min_kernels
+    for i, r in enumerate(rows):
+        if r[5] == "get_rows_kernel" and i - last >= min_kernels:
+            starts.append(i)
+            last = i
+    return [rows[a:b] for a, b in zip(starts, starts[1:] + [len(rows)])]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--top", type=int, default=40)
+    a = ap.parse_args()
+    fw = forwards(load(a.trace))
+    # Decode forwards have the most common kernel count; keep the last N of those.
+    counts = collections.Counter(len(f) for f in fw)
+    if not counts:
+        print("no forwards found")
+        return
+    n_common = counts.most_common(1)[0][0]
+    decode = [f for f in fw if len(f) == n_common][-a.steps:]
+    print(f"{len(fw)} forwards; {len(decode)} of {n_common} kernels summarised")
+    per = collections.defaultdict(lambda: [[], [], 0])  # key -> [share sums per forward], [duration sums], calls
+    totals, gaps = [], []
+    for idx, f in enumerate(decode):
+        sums_share, sums_dur = collections.Counter(), collections.Counter()
+        calls = collections.Counter()
+        prev_end = f[0][0]
+        for r in f:
+            key = f"{r[5]} [{r[2][0]}x{r[2][1]}x{r[2][2]}] {r[3]}t {r[4]}r"
+            end = max(r[1], prev_end)
+            sums_share[key] += end - prev_end
+            sums_dur[key] += r[1] - r[0]
+            calls[key] += 1
+            prev_end = end
+        for k in calls:
+            per[k][0].append(sums_share[k])
+            per[k][1].append(sums_dur[k])
+            per[k][2] = calls[k]
+        totals.append(prev_end - f[0][0])
+    # Gaps: from a forward's last end to the next forward's first start.
+    for f, g in zip(decode, decode[1:]):
+        gaps.append(g[0][0] - max(r[1] for r in f))
+    tot = statistics.median(totals)
+    print(f"forward (first start to last end): median {tot / 1e3:.1f} us; gap to the next: median "
+          f"{statistics.median(gaps) / 1e3 if gaps else 0:.1f} us")
+    print(f"{'kernel [grid] threads regs':68s} {'calls':>5s} {'chain us':>9s} {'%':>5s} {'us/call':>8s} {'run us/call':>11s}")
+    rows = sorted(per.items(), key=lambda kv: -statistics.median(kv[1][0]))
+    for k, (shares, durs, calls) in rows[: a.top]:
+        s = statistics.median(shares)
+        print(f"{k[:68]:68s} {calls:5d} {s / 1e3:9.1f} {100 * s / tot:5.1f} {s / calls / 1e3:8.2f} "
+              f"{statistics.median(durs) / calls / 1e3:11.2f}")
+    rest = sum(statistics.median(v[0]) for _, v in rows[a.top:])
+    print(f"{'(the rest)':68s} {'':5s} {rest / 1e3:9.1f} {100 * rest / tot:5.1f}")
+    # The same by kernel name alone.
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    for k, (shares, _, calls) in per.items():
+        n = k.split(" ")[0]
+        by_name[n][0] += statistics.median(shares)
+        by_name[n][1] += calls
+    print("\nby kernel name:")
+    for n, (s, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {n:40s} {c:5d} {s / 1e3:9.1f} us {100 * s / tot:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
