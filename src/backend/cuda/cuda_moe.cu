@@ -216,6 +216,57 @@ __device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_
   return e >= 0 && e < E ? m.routed.data + (e * rows + row) * m.routed.pitch : nullptr;
 }
 
+// gate·x and up·x of one Q4_K row pair on Q8_K activations, by a warp, into lane sums. Eight lanes
+// take a 256-value block: lane l holds the 16 code bytes qs[32g + 16h ..] (g = (l % 8) / 2, h =
+// l % 2), whose low nibbles are values 16h .. 16h + 15 of sub-block 2g and high nibbles the same
+// of sub-block 2g + 1, so a lane decodes one scale/min pair for 32 values and loads its codes and
+// activations 16 bytes at a time; a warp covers four blocks a step. Each sub-block's sum stays in
+// integers until its scale: x.d·(d·(s₀·Σq₀x + s₁·Σq₁x) − dmin·(m₀·Σx₀ + m₁·Σx₁)). Against the
+// 16-value units (Int8Unit<Q4_K>) this takes about a third of the instructions a row.
+__device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const uint8_t* up_row, int64_t K,
+                                                  const int8_t* __restrict__ xq, const float2* __restrict__ x_scales,
+                                                  float& g_acc, float& u_acc) {
+  constexpr int kBlockBytes = sizeof(quant::BlockQ4_K), kOnes = 0x01010101;
+  const int lane = threadIdx.x % 32, pair = (lane % 8) / 2, half = lane % 2;
+  const int n_blocks = static_cast<int>(K / 256);
+  const int code_offset = 16 + 32 * pair + 16 * half;  // past d, dmin and the 12 scale bytes
+  const int x_offset = 64 * pair + 16 * half;
+#pragma unroll 1
+  for (int b = lane / 8; b < n_blocks; b += 4) {
+    const uint8_t* gb = gate_row + b * kBlockBytes;
+    const uint8_t* ub = up_row + b * kBlockBytes;
+    const uint4 gh = __ldg(reinterpret_cast<const uint4*>(gb)), uh = __ldg(reinterpret_cast<const uint4*>(ub));
+    const uint4 gq = __ldg(reinterpret_cast<const uint4*>(gb + code_offset));
+    const uint4 uq = __ldg(reinterpret_cast<const uint4*>(ub + code_offset));
+    const int8_t* xb = xq + b * 256 + x_offset;
+    const uint4 x0 = *reinterpret_cast<const uint4*>(xb), x1 = *reinterpret_cast<const uint4*>(xb + 32);
+    const float xd = x_scales[b * 8].x;
+    const int xs0 = __dp4a(static_cast<int>(x0.w), kOnes, __dp4a(static_cast<int>(x0.z), kOnes,
+                    __dp4a(static_cast<int>(x0.y), kOnes, __dp4a(static_cast<int>(x0.x), kOnes, 0))));
+    const int xs1 = __dp4a(static_cast<int>(x1.w), kOnes, __dp4a(static_cast<int>(x1.z), kOnes,
+                    __dp4a(static_cast<int>(x1.y), kOnes, __dp4a(static_cast<int>(x1.x), kOnes, 0))));
+    const auto row_dot = [&](const uint4& header, const uint4& q) {
+      constexpr uint32_t kLow = 0x0F0F0F0Fu;
+      const int lo = __dp4a(static_cast<int>(q.w & kLow), static_cast<int>(x0.w),
+                     __dp4a(static_cast<int>(q.z & kLow), static_cast<int>(x0.z),
+                     __dp4a(static_cast<int>(q.y & kLow), static_cast<int>(x0.y),
+                     __dp4a(static_cast<int>(q.x & kLow), static_cast<int>(x0.x), 0))));
+      const int hi = __dp4a(static_cast<int>((q.w >> 4) & kLow), static_cast<int>(x1.w),
+                     __dp4a(static_cast<int>((q.z >> 4) & kLow), static_cast<int>(x1.z),
+                     __dp4a(static_cast<int>((q.y >> 4) & kLow), static_cast<int>(x1.y),
+                     __dp4a(static_cast<int>((q.x >> 4) & kLow), static_cast<int>(x1.x), 0))));
+      uint32_t scales, mins;
+      k4_scale_min_pair(header, pair, scales, mins);
+      const int sc = static_cast<int>(scales & 0xFF) * lo + static_cast<int>(scales >> 8) * hi;
+      const int m = static_cast<int>(mins & 0xFF) * xs0 + static_cast<int>(mins >> 8) * xs1;
+      const float d = f16(static_cast<uint16_t>(header.x)), dmin = f16(static_cast<uint16_t>(header.x >> 16));
+      return xd * (d * static_cast<float>(sc) - dmin * static_cast<float>(m));
+    };
+    g_acc += row_dot(gh, gq);
+    u_acc += row_dot(uh, uq);
+  }
+}
+
 // Decode, fused: h[pair][n] = silu(gate[n]·x) · up[n]·x for pair blockIdx.y = t·slots + j (slot j
 // of token t; x its input), a warp per row n: the gate and up rows share each lane's activations.
 // A routed slot with an invalid id gets zeros. A warp per row (a row of K = 2560 gives each lane 5
@@ -248,10 +299,14 @@ __global__ void __launch_bounds__(128, 8)
   float acc[2][1] = {};
   const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
   const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
-  const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
-    gemv_accumulate<decltype(unit), 2, 1>(rows, K, Int8X{xq, K}.from_token(t), 1, lane, 32, acc);
-  });
-  if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x, K}.from_token(t), 1, lane, 32, acc); });
+  if (type == GgmlType::Q4_K && xq.codes && K % 256 == 0) {
+    if (valid) q4k_row_pair_dots(rows[0], rows[1], K, xq.codes + t * K, xq.chunk_scales + t * K / 32, acc[0][0], acc[1][0]);
+  } else {
+    const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
+      gemv_accumulate<decltype(unit), 2, 1>(rows, K, Int8X{xq, K}.from_token(t), 1, lane, 32, acc);
+    });
+    if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x, K}.from_token(t), 1, lane, 32, acc); });
+  }
   const float g = warp_sum(acc[0][0]), u = warp_sum(acc[1][0]);
   if (lane == 0) h[pair * F + n] = valid ? static_cast<float>(silu_d(g) * u) : 0.0f;
 }
