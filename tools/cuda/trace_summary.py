@@ -66,24 +66,26 @@ def main():
     n_common = counts.most_common(1)[0][0]
     decode = [f for f in fw if len(f) == n_common][-a.steps:]
     print(f"{len(fw)} forwards; {len(decode)} of {n_common} kernels summarised")
-    per = collections.defaultdict(lambda: [[], [], 0])  # key -> [share sums per forward], [duration sums], calls
+    # Per forward, the chain share and run time summed by key; a key absent from a forward counts 0
+    # there, so that kernels whose grid changes with the context (QSA splits) are not counted twice.
+    # The grid's z (the splits) is left out of the key for the same reason.
+    shares, durs, calls = [], [], []
     totals, gaps = [], []
-    for idx, f in enumerate(decode):
-        sums_share, sums_dur = collections.Counter(), collections.Counter()
-        calls = collections.Counter()
+    for f in decode:
+        share, dur, n = collections.Counter(), collections.Counter(), collections.Counter()
         prev_end = f[0][0]
         for r in f:
-            key = f"{r[5]} [{r[2][0]}x{r[2][1]}x{r[2][2]}] {r[3]}t {r[4]}r"
+            key = f"{r[5]} [{r[2][0]}x{r[2][1]}] {r[3]}t {r[4]}r"
             end = max(r[1], prev_end)
-            sums_share[key] += end - prev_end
-            sums_dur[key] += r[1] - r[0]
-            calls[key] += 1
+            share[key] += end - prev_end
+            dur[key] += r[1] - r[0]
+            n[key] += 1
             prev_end = end
-        for k in calls:
-            per[k][0].append(sums_share[k])
-            per[k][1].append(sums_dur[k])
-            per[k][2] = calls[k]
+        shares.append(share), durs.append(dur), calls.append(n)
         totals.append(prev_end - f[0][0])
+    keys = set().union(*calls)
+    med = lambda per_forward, k: statistics.median(c[k] for c in per_forward)
+    per = {k: (med(shares, k), med(durs, k), max(c[k] for c in calls)) for k in keys}
     # Gaps: from a forward's last end to the next forward's first start.
     for f, g in zip(decode, decode[1:]):
         gaps.append(g[0][0] - max(r[1] for r in f))
@@ -91,22 +93,17 @@ def main():
     print(f"forward (first start to last end): median {tot / 1e3:.1f} us; gap to the next: median "
           f"{statistics.median(gaps) / 1e3 if gaps else 0:.1f} us")
     print(f"{'kernel [grid] threads regs':68s} {'calls':>5s} {'chain us':>9s} {'%':>5s} {'us/call':>8s} {'run us/call':>11s}")
-    rows = sorted(per.items(), key=lambda kv: -statistics.median(kv[1][0]))
-    for k, (shares, durs, calls) in rows[: a.top]:
-        s = statistics.median(shares)
-        print(f"{k[:68]:68s} {calls:5d} {s / 1e3:9.1f} {100 * s / tot:5.1f} {s / calls / 1e3:8.2f} "
-              f"{statistics.median(durs) / calls / 1e3:11.2f}")
-    rest = sum(statistics.median(v[0]) for _, v in rows[a.top:])
+    rows = sorted(per.items(), key=lambda kv: -kv[1][0])
+    for k, (s, d, n) in rows[: a.top]:
+        print(f"{k[:68]:68s} {n:5d} {s / 1e3:9.1f} {100 * s / tot:5.1f} {s / n / 1e3:8.2f} {d / n / 1e3:11.2f}")
+    rest = sum(v[0] for _, v in rows[a.top:])
     print(f"{'(the rest)':68s} {'':5s} {rest / 1e3:9.1f} {100 * rest / tot:5.1f}")
-    # The same by kernel name alone.
-    by_name = collections.defaultdict(lambda: [0.0, 0])
-    for k, (shares, _, calls) in per.items():
-        n = k.split(" ")[0]
-        by_name[n][0] += statistics.median(shares)
-        by_name[n][1] += calls
-    print("\nby kernel name:")
-    for n, (s, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
-        print(f"  {n:40s} {c:5d} {s / 1e3:9.1f} us {100 * s / tot:5.1f}%")
+    print("\nby kernel name (median over forwards of the per-forward sums):")
+    names = {k.split(" ")[0] for k in keys}
+    by_name = {nm: (statistics.median(sum(v for k, v in c.items() if k.split(" ")[0] == nm) for c in shares),
+                    max(sum(v for k, v in c.items() if k.split(" ")[0] == nm) for c in calls)) for nm in names}
+    for nm, (s, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {nm:40s} {n:5d} {s / 1e3:9.1f} us {100 * s / tot:5.1f}%")
 
 
 if __name__ == "__main__":
