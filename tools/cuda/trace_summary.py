@@ -7,8 +7,8 @@ A forward starts at the token embedding's get_rows_kernel (the first get_rows at
 kernels after the last start). Within a forward, in launch order, a kernel's share of the chain is
 end_i - end_(i-1): with programmatic dependent launch a kernel starts while its predecessor runs
 and waits for it, so durations overlap, but the ends are in chain order and the shares sum to the
-forward's time. Kernels are grouped by name and grid (the same product kernel over different
-matrices has different grids). The gap between forwards (host time: reading logits, issuing) is
+forward's time. Kernels are grouped by name and grid x and y (the same product kernel over
+different matrices has different grids; z, the QSA splits, changes with the context). The gap between forwards (host time: reading logits, issuing) is
 shown apart. The last N forwards (default 16) are summarised, medians of their per-forward sums.
 """
 import argparse

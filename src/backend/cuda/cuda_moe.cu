@@ -216,6 +216,19 @@ __device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_
   return e >= 0 && e < E ? m.routed.data + (e * rows + row) * m.routed.pitch : nullptr;
 }
 
+// Σ a_i·b_i over the 16 signed bytes of a and b, exactly.
+__device__ __forceinline__ int dot16_bytes(const uint4& a, const uint4& b) {
+  return __dp4a(static_cast<int>(a.w), static_cast<int>(b.w),
+                __dp4a(static_cast<int>(a.z), static_cast<int>(b.z),
+                       __dp4a(static_cast<int>(a.y), static_cast<int>(b.y), __dp4a(static_cast<int>(a.x), static_cast<int>(b.x), 0))));
+}
+
+// The low (shift 0) or high (shift 4) nibbles of 16 bytes, each as a byte.
+__device__ __forceinline__ uint4 nibbles(const uint4& q, int shift) {
+  constexpr uint32_t kLow = 0x0F0F0F0Fu;
+  return {(q.x >> shift) & kLow, (q.y >> shift) & kLow, (q.z >> shift) & kLow, (q.w >> shift) & kLow};
+}
+
 // gate·x and up·x of one Q4_K row pair on Q8_K activations, by a warp, into lane sums. Eight lanes
 // take a 256-value block: lane l holds the 16 code bytes qs[32g + 16h ..] (g = (l % 8) / 2, h =
 // l % 2), whose low nibbles are values 16h .. 16h + 15 of sub-block 2g and high nibbles the same
@@ -226,7 +239,8 @@ __device__ __forceinline__ const uint8_t* slot_row(const SlotMatrices& m, int64_
 __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const uint8_t* up_row, int64_t K,
                                                   const int8_t* __restrict__ xq, const float2* __restrict__ x_scales,
                                                   float& g_acc, float& u_acc) {
-  constexpr int kBlockBytes = sizeof(quant::BlockQ4_K), kOnes = 0x01010101;
+  constexpr int kBlockBytes = sizeof(quant::BlockQ4_K);
+  constexpr uint4 kOnes = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
   const int lane = threadIdx.x % 32, pair = (lane % 8) / 2, half = lane % 2;
   const int n_blocks = static_cast<int>(K / 256);
   const int code_offset = 16 + 32 * pair + 16 * half;  // past d, dmin and the 12 scale bytes
@@ -241,20 +255,9 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
     const int8_t* xb = xq + b * 256 + x_offset;
     const uint4 x0 = *reinterpret_cast<const uint4*>(xb), x1 = *reinterpret_cast<const uint4*>(xb + 32);
     const float xd = x_scales[b * 8].x;
-    const int xs0 = __dp4a(static_cast<int>(x0.w), kOnes, __dp4a(static_cast<int>(x0.z), kOnes,
-                    __dp4a(static_cast<int>(x0.y), kOnes, __dp4a(static_cast<int>(x0.x), kOnes, 0))));
-    const int xs1 = __dp4a(static_cast<int>(x1.w), kOnes, __dp4a(static_cast<int>(x1.z), kOnes,
-                    __dp4a(static_cast<int>(x1.y), kOnes, __dp4a(static_cast<int>(x1.x), kOnes, 0))));
+    const int xs0 = dot16_bytes(x0, kOnes), xs1 = dot16_bytes(x1, kOnes);
     const auto row_dot = [&](const uint4& header, const uint4& q) {
-      constexpr uint32_t kLow = 0x0F0F0F0Fu;
-      const int lo = __dp4a(static_cast<int>(q.w & kLow), static_cast<int>(x0.w),
-                     __dp4a(static_cast<int>(q.z & kLow), static_cast<int>(x0.z),
-                     __dp4a(static_cast<int>(q.y & kLow), static_cast<int>(x0.y),
-                     __dp4a(static_cast<int>(q.x & kLow), static_cast<int>(x0.x), 0))));
-      const int hi = __dp4a(static_cast<int>((q.w >> 4) & kLow), static_cast<int>(x1.w),
-                     __dp4a(static_cast<int>((q.z >> 4) & kLow), static_cast<int>(x1.z),
-                     __dp4a(static_cast<int>((q.y >> 4) & kLow), static_cast<int>(x1.y),
-                     __dp4a(static_cast<int>((q.x >> 4) & kLow), static_cast<int>(x1.x), 0))));
+      const int lo = dot16_bytes(nibbles(q, 0), x0), hi = dot16_bytes(nibbles(q, 4), x1);
       uint32_t scales, mins;
       k4_scale_min_pair(header, pair, scales, mins);
       const int sc = static_cast<int>(scales & 0xFF) * lo + static_cast<int>(scales >> 8) * hi;
