@@ -105,20 +105,31 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = i0 + k;
     rows[k] = row >= n_rows ? nullptr : row < r ? down + row * pitch : inject + (row - r) * pitch;
-    if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
   }
-  grid_dependency_wait();
   const uint8_t* src[kRows];
   rows_to_fetch(rows, src);  // row i0 is present in every block
+  const int64_t u_begin = s * H / kUnit + threadIdx.x, u_end = (s + 1) * H / kUnit;
+  // With at most a unit a thread (the model's streams of 2,560 values: 160 units, 160 threads) its
+  // rows' units are loaded before the wait; otherwise the rows go to L2 then.
+  const bool one_unit = u_begin + blockDim.x >= u_end;
+  typename U::Raw raw[kRows];
+  if (one_unit && u_begin < u_end) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, kDecodeStreams * H);
+  } else if (!one_unit) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k)
+      if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
+  }
+  grid_dependency_wait();
   float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
-  const int64_t u_end = (s + 1) * H / kUnit;
   const float w = y ? write_w[s] : 0.0f;
   const float* ys = y ? y - s * H : nullptr;  // ys[i]: y at position i of stream s
 #pragma unroll 1
-  for (int64_t u = s * H / kUnit + threadIdx.x; u < u_end; u += blockDim.x) {
-    typename U::Raw raw[kRows];
+  for (int64_t u = u_begin; u < u_end; u += blockDim.x) {
+    if (!one_unit)
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
+      for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
     int64_t x0, x1;
     U::runs(u, x0, x1);
     float gr[16];
@@ -168,6 +179,16 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   if (kUnitInRegisters && d < H && lane < n_units)
 #pragma unroll
     for (int s = 0; s < S; ++s) raw[s] = U::fetch(rows[s], lane, r);
+  // Lane s < S forms stream s's term; its R, gamma and y load beside the rows, before the wait:
+  // only part and sumsq come from the kernel just before (hc_down_inject_kernel), and this one is
+  // scheduled once all of that kernel's blocks have passed their wait, so what was written before
+  // it (R, y, write_w) is complete.
+  const int64_t i = (lane % S) * H + d;
+  float Ri = 0.0f, g = 0.0f;
+  if (lane < S && d < H) {
+    Ri = R[i], g = gamma[i];
+    if (y) Ri = written(Ri, write_w[lane], y[d]);
+  }
   grid_dependency_wait();
   double rinv[S];  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
 #pragma unroll
@@ -183,13 +204,6 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     inject_w[threadIdx.x] = static_cast<float>(2.0 * sigmoid_d(mixed_row(r + threadIdx.x)));
   __syncthreads();
   if (d >= H) return;  // never with 32 warps (H % 32 == 0 there)
-  // Lane s < S forms stream s's term; its R, gamma and y load beside the rows.
-  const int64_t i = (lane % S) * H + d;
-  float Ri = 0.0f, g = 0.0f;
-  if (lane < S) {
-    Ri = R[i], g = gamma[i];
-    if (y) Ri = written(Ri, write_w[lane], y[d]);
-  }
   float acc[S][1] = {};
   if (kUnitInRegisters) {
     if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo, r}, 1, acc);

@@ -131,8 +131,9 @@ void with_logits_per_lane(int64_t E, Fn&& fn) {
 // Decode: rows n0 .. n0+R-1 (n0 = R·blockIdx.x) of [router; shared gate] times x for T <= TB
 // tokens, giving the logits [E, T] and the shared expert's gate logit s [T]; the block that
 // finishes last then routes every token (ids, weights [k, T]) and re-arms *finished for the next
-// call. Two launches become one. Before their rows, warps quantize x to the targets set (a Q8_K
-// block or a Q8_0 chunk a warp, spread over the grid) for the expert kernels.
+// call. Two launches become one. The others quantize x to the targets set for the expert kernels
+// meanwhile: before their rows, that work held up the routing (H200, paired, with x's Q8_0 codes
+// taken from the HC kernel that wrote x rather than formed again: decode +1.0%).
 template <int R, int TB, int kPerLane>
 __global__ void __launch_bounds__(128)
     moe_router_kernel(SlotMatrix router, SlotMatrix gate_inp, int64_t K, int64_t E, const float* __restrict__ x, int T,
@@ -146,21 +147,11 @@ __global__ void __launch_bounds__(128)
     if (rows[r]) prefetch_l2(rows[r], router.pitch);
   }
   grid_dependency_wait();
-  {
-    const int64_t n_k = q8_k.codes ? T * K / 256 : 0, n_0 = q8_0.codes ? T * K / 32 : 0;
-    const int64_t n_warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-    for (int64_t w = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; w < n_k + n_0; w += n_warps) {
-      if (w < n_k)
-        quantize_q8_k_block(x, w, q8_k.codes, q8_k.scales);
-      else
-        quantize_q8_0_chunk(x, w - n_k, q8_0.codes, q8_0.scales);
-    }
-  }
   float acc[R][TB] = {};
   dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc); });
   float sums[R * TB];
   block_reduce_rows(acc, sums);
-  __shared__ bool last;
+  __shared__ unsigned ticket;  // the block's place in finishing order
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -169,10 +160,22 @@ __global__ void __launch_bounds__(128)
         if (n0 + r == E) s[t] = sums[r * TB + t];
       }
     __threadfence();  // the logits are visible before this block counts as finished
-    last = atomicAdd(finished, 1u) == gridDim.x - 1;
+    ticket = atomicAdd(finished, 1u);
   }
   __syncthreads();
-  if (!last) return;
+  if (ticket != gridDim.x - 1) {  // E + 1 >= 2 blocks: someone is left to quantize
+    // The expert kernels read x's codes only after this kernel ends, so the blocks that finish
+    // before the last quantize x (a Q8_K block or a Q8_0 chunk a warp) while it routes.
+    const int64_t n_k = q8_k.codes ? T * K / 256 : 0, n_0 = q8_0.codes ? T * K / 32 : 0;
+    const int64_t warps = blockDim.x / 32;
+    for (int64_t w = ticket * warps + threadIdx.x / 32; w < n_k + n_0; w += (gridDim.x - 1) * warps) {
+      if (w < n_k)
+        quantize_q8_k_block(x, w, q8_k.codes, q8_k.scales);
+      else
+        quantize_q8_0_chunk(x, w - n_k, q8_0.codes, q8_0.scales);
+    }
+    return;
+  }
   __threadfence();
   for (int t = threadIdx.x / 32; t < T; t += blockDim.x / 32) {
     const float* l = logits + t * E;
@@ -279,12 +282,13 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
 // 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
 // an int8 unit reads x8 when it holds x in that unit's format, else x; Q4_K rows on Q8_K x take
 // q4k_row_pair_dots instead of the units (decode 221.1 -> 225.4 tok/s on an H200).
-__global__ void __launch_bounds__(128, 8)
+constexpr int kGateUpWarps = 4;  // a warp a row pair
+__global__ void __launch_bounds__(32 * kGateUpWarps, 8)
     expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E,
                           const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x, ExpertX8 x8,
                           float* __restrict__ h) {
   const int64_t slots = k + (gate.shared.data ? 1 : 0), pair = blockIdx.y, t = pair / slots, j = pair % slots;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGateUpWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j == k && n < F) {  // the shared expert's rows do not wait for the routing
     prefetch_l2(slot_row(gate, j, k, -1, E, F, n), gate.shared.pitch, lane, 32);
@@ -292,11 +296,11 @@ __global__ void __launch_bounds__(128, 8)
   }
   grid_dependency_wait();
   const int64_t e = j < k ? ids[t * k + j] : -1;
-  const bool valid = j == k || (e >= 0 && e < E);
-  if (n >= F) return;
-  const uint8_t* rows[2] = {valid ? slot_row(gate, j, k, e, E, F, n) : nullptr,
-                            valid ? slot_row(up, j, k, e, E, F, n) : nullptr};
-  if (j < k && valid) {
+  const bool valid = j == k || (e >= 0 && e < E);  // the same for the whole block
+  const bool live = valid && n < F;  // warps past F only join the barrier below
+  const uint8_t* rows[2] = {live ? slot_row(gate, j, k, e, E, F, n) : nullptr,
+                            live ? slot_row(up, j, k, e, E, F, n) : nullptr};
+  if (j < k && live) {
     prefetch_l2(rows[0], gate.routed.pitch, lane, 32);
     prefetch_l2(rows[1], up.routed.pitch, lane, 32);
   }
@@ -304,15 +308,23 @@ __global__ void __launch_bounds__(128, 8)
   const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
   const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
   if (type == GgmlType::Q4_K && xq.codes && K % 256 == 0) {
-    if (valid) q4k_row_pair_dots(rows[0], rows[1], K, xq.codes + t * K, xq.chunk_scales + t * K / 32, acc[0][0], acc[1][0]);
+    if (live) q4k_row_pair_dots(rows[0], rows[1], K, xq.codes + t * K, xq.chunk_scales + t * K / 32, acc[0][0], acc[1][0]);
   } else {
     const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
       gemv_accumulate<decltype(unit), 2, 1>(rows, K, Int8X{xq, K}.from_token(t), 1, lane, 32, acc);
     });
     if (!int8) dispatch_unit(type, [&](auto unit) { gemv_accumulate<decltype(unit), 2, 1>(rows, K, FloatX{x, K}.from_token(t), 1, lane, 32, acc); });
   }
+  // The FP64 SiLU by one thread a row, not by lane 0 of every warp (each of its instructions a
+  // warp's issue slot in a kernel bound by its instruction count).
+  __shared__ float gu[2][kGateUpWarps];
+  const int warp = threadIdx.x / 32;
   const float g = warp_sum(acc[0][0]), u = warp_sum(acc[1][0]);
-  if (lane == 0) h[pair * F + n] = valid ? static_cast<float>(silu_d(g) * u) : 0.0f;
+  if (lane == 0) gu[0][warp] = g, gu[1][warp] = u;
+  __syncthreads();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGateUpWarps + threadIdx.x;
+  if (threadIdx.x < kGateUpWarps && row < F)
+    h[pair * F + row] = valid ? static_cast<float>(silu_d(gu[0][threadIdx.x]) * gu[1][threadIdx.x]) : 0.0f;
 }
 
 // The weight of slot j of token t in the down kernels: its routing weight, or for the shared slot
@@ -618,8 +630,8 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
                 int64_t E, int64_t T, const int32_t* ids, const float* weights, int64_t k, const float* shared_logit,
                 const float* x, const ExpertX8& x8, float* h, float* out) {
-  // Gate/up: a warp per row, four per block; down: four rows per block.
-  constexpr int kGateUpWarps = 4, kDownRows = 4;
+  // Down: four rows per block.
+  constexpr int kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
@@ -636,7 +648,8 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
 }
 
 // x [T][K] in the activation formats the int8 units of gate/up rows of these types read (Q8_0
-// rows: Q8_0, Q4_K rows: Q8_K), as scratch for the router kernel to fill (`fill`), or filled here.
+// rows: Q8_0, Q4_K rows: Q8_K), as scratch for the router kernel to fill (`fill`), or filled here;
+// Q8_0 is x_q8_0 when given (x's codes, already written).
 struct ExpertX8Buffers {
   QuantizedActivations q8_0, q8_k;  // empty tensors: not wanted
   ExpertX8 view() const {
@@ -644,14 +657,17 @@ struct ExpertX8Buffers {
   }
 };
 ExpertX8Buffers expert_x8(CudaBackend& be, std::initializer_list<GgmlType> types, const float* x, int64_t T, int64_t K,
-                          bool fill) {
+                          bool fill, const QuantizedActivations* x_q8_0 = nullptr) {
   ExpertX8Buffers b;
   for (GgmlType type : types) {
     if (!be.int8_decode(type)) continue;
     const bool block256 = quant::activation_type(type) == GgmlType::Q8_K;
     QuantizedActivations& q = block256 ? b.q8_k : b.q8_0;
     if (!q.codes.empty()) continue;
-    q = fill ? quantize_activations(be, block256, x, T, K) : be.q8_scratch(T * K);
+    if (!block256 && x_q8_0)
+      q = *x_q8_0;
+    else
+      q = fill ? quantize_activations(be, block256, x, T, K) : be.q8_scratch(T * K);
   }
   return b;
 }
@@ -786,13 +802,15 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   Tensor h = scratch_f32((k + 1) * T * F);
   const DeviceMatrix &router = matrix(*a.router), &gate_inp = matrix(*a.shared_gate_inp);
   const bool router_kernel = router.type == gate_inp.type && has_unit_loader(router.type, H);
-  // x for the gate/up kernel's int8 units: quantized by the router kernel, or here.
-  ExpertX8Buffers x8 = expert_x8(*this, {mg.type, sg.type}, a.x->f32(), T, H, !router_kernel);
+  // x for the gate/up kernel's int8 units: its Q8_0 codes when the op before wrote them (HC's
+  // up/mix kernel does), the rest quantized by the router kernel, or here.
+  const QuantizedActivations* x_q8_0 = q8_input(*a.x);
+  ExpertX8Buffers x8 = expert_x8(*this, {mg.type, sg.type}, a.x->f32(), T, H, !router_kernel, x_q8_0);
   if (router_kernel) {
     with_logits_per_lane(E, [&](auto per_lane) {
       constexpr int kPerLane = decltype(per_lane)::value;
       auto* kernel = T == 1 ? moe_router_kernel<1, 1, kPerLane> : moe_router_kernel<1, kMatvecMaxTokens, kPerLane>;
-      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), x8.q8_0.target(), x8.q8_k.target());
+      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), x_q8_0 ? QuantizeTarget{} : x8.q8_0.target(), x8.q8_k.target());
     });
   } else {
     const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
