@@ -18,11 +18,13 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("cuda: ", what, ": ", cudaGetErrorString(e));
 }
 
-// Called once by every kernel before it touches memory an earlier kernel may write (before it, a
-// kernel only computes indices and prefetches weights; tests/ops/cuda_kernels_wait.py checks the
-// call): with programmatic dependent launch (cuda_launch.cuh) it waits until the previous kernel of
-// the stream has completed and its writes are visible, then lets the next kernel be scheduled;
-// without it both are no-ops.
+// Called once by every kernel before it touches memory the previous kernel of the stream may write
+// (tests/ops/cuda_kernels_wait.py checks the call): with programmatic dependent launch
+// (cuda_launch.cuh) it waits until that kernel has completed and its writes are visible, then lets
+// the next kernel be scheduled; without it both are no-ops. So a kernel is scheduled only once
+// every block of the kernel before it has passed this wait, when everything earlier is complete:
+// before it, a kernel may load weights and what the kernels before the previous one wrote (a
+// kernel that does says why it knows its predecessor), never what the previous one writes.
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
