@@ -113,13 +113,13 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
   // rows' units are loaded before the wait; otherwise the rows go to L2 then.
   const bool one_unit = u_begin + blockDim.x >= u_end;
   typename U::Raw raw[kRows];
-  if (one_unit && u_begin < u_end) {
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, kDecodeStreams * H);
-  } else if (!one_unit) {
+  if (!one_unit) {
 #pragma unroll
     for (int k = 0; k < kRows; ++k)
       if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
+  } else if (u_begin < u_end) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, kDecodeStreams * H);
   }
   grid_dependency_wait();
   float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
