@@ -2,6 +2,7 @@
 // share an input, and the prefill/decode dispatch of the GDN scan.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -173,14 +174,29 @@ void check_qsa_attend(const QsaAttendArgs& a) {
   expect_shape(*a.gate, a.q->ne(), "qsa_attend", "gate");
   expect_shape(*a.k_cache, {hd, nkv, cap, 1}, "qsa_attend", "k_cache");
   expect_shape(*a.v_cache, {hd, nkv, cap, 1}, "qsa_attend", "v_cache");
-  expect_shape(*a.sel, {a.sel->ne(0), T, 1, 1}, "qsa_attend", "sel");
-  expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
   expect_shape(*a.out, {hd * nh, T, 1, 1}, "qsa_attend", "out");
   if (a.dense_rows < 0 || a.dense_rows > T || a.dense_n0 < 0)
     fail("qsa_attend: ", a.dense_rows, " dense rows from position ", a.dense_n0, " for ", T, " rows");
-  if (a.dense_rows > 0 && (a.dense_n0 + a.dense_rows > cap || a.dense_n0 + a.dense_rows > a.sel->ne(0)))
+  if (!a.sel != !a.n_sel) fail("qsa_attend: sel and n_sel come together");
+  if (!a.sel && a.dense_rows != T) fail("qsa_attend: no selection for ", T - a.dense_rows, " rows that are not dense");
+  if (a.sel) {
+    expect_shape(*a.sel, {a.sel->ne(0), T, 1, 1}, "qsa_attend", "sel");
+    expect_shape(*a.n_sel, {T, 1, 1, 1}, "qsa_attend", "n_sel");
+  }
+  const int64_t slots = a.sel ? a.sel->ne(0) : a.dense_n0 + T;
+  if (a.dense_rows > 0 && (a.dense_n0 + a.dense_rows > cap || a.dense_n0 + a.dense_rows > slots))
     fail("qsa_attend: dense rows up to position ", a.dense_n0 + a.dense_rows - 1, " for ", cap, " cached positions and ",
-         a.sel->ne(0), " slots");
+         slots, " slots");
+}
+
+QsaRows::QsaRows(const QsaAttendArgs& a) : n0_(a.dense_n0) {
+  if (a.sel) {
+    sel_ = a.sel->i32(), n_sel_ = a.n_sel->i32(), slots_ = a.sel->ne(0);
+    return;
+  }
+  slots_ = a.dense_n0 + a.q->ne(2);
+  dense_.resize(static_cast<size_t>(slots_));
+  std::iota(dense_.begin(), dense_.end(), 0);
 }
 
 void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const Tensor& weights) {

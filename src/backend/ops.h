@@ -180,14 +180,30 @@ struct QsaAttendArgs {
   const Tensor* gate = nullptr;     // [hd, nh, T] output gate (pre-sigmoid)
   const Tensor* k_cache = nullptr;  // [hd, nh_kv, n_cap] normed, rotated keys
   const Tensor* v_cache = nullptr;  // [hd, nh_kv, n_cap]
-  const Tensor* sel = nullptr;      // I32 [max_sel, T]
-  const Tensor* n_sel = nullptr;    // I32 [T]
+  const Tensor* sel = nullptr;      // I32 [max_sel, T]; null when every row is dense (below)
+  const Tensor* n_sel = nullptr;    // I32 [T]; null with sel
   float scale = 0;                  // softmax scale, 1/sqrt(hd)
   Tensor* out = nullptr;            // [hd·nh, T]: softmax(q·K/…)·V ⊙ sigmoid(gate); q head h uses kv head h/(nh/nh_kv)
   // Rows t < dense_rows select exactly the positions 0 .. dense_n0 + t (the indexer keeps every
   // block while a row's cache is short, model-spec §4.5): a backend may attend to them causally
-  // without sel. dense_n0 is the first row's position.
+  // without sel. dense_n0 is the first row's position. When every row is dense the model runs no
+  // qsa_select, and sel and n_sel are null.
   int64_t dense_n0 = 0, dense_rows = 0;
+};
+
+// Each row's selection as a host-side qsa_attend reads it: sel's rows, or with sel null the dense
+// rows' causal prefixes (all of them prefixes of one run of positions).
+class QsaRows {
+ public:
+  explicit QsaRows(const QsaAttendArgs& a);
+  const int32_t* positions(int64_t t) const { return sel_ ? sel_ + t * slots_ : dense_.data(); }
+  int64_t count(int64_t t) const { return n_sel_ ? n_sel_[t] : n0_ + t + 1; }
+  int64_t slots() const { return slots_; }  // the longest a row's selection can be
+
+ private:
+  const int32_t *sel_ = nullptr, *n_sel_ = nullptr;
+  std::vector<int32_t> dense_;
+  int64_t n0_ = 0, slots_ = 0;
 };
 
 // Routed experts (model-spec §4.6): out[:, t] = Σ_k w[k,t]·down_e(silu(gate_e·x_t) ⊙ up_e·x_t), e = ids[k,t].

@@ -218,17 +218,23 @@ class Forward {
       ls.n_pooled = nb;
     }
     int64_t top_blocks = hp_.indexer_top_k / ratio;
-    int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
-    Tensor sel = be_.alloc(DType::I32, {max_sel, T_, 1, 1}), n_sel = be_.alloc(DType::I32, {T_, 1, 1, 1});
-    be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = positions_, .ratio = ratio,
-                    .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
-    trace("qsa.sel", il, sel);
-    trace("qsa.n_sel", il, n_sel);
-    Tensor o = f32(hd * nh, T_);
     // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
     // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
+    // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
+    // indexer has nothing to choose: no selection is made, and attention is causal.
     const int64_t dense_rows = std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, T_);
-    be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v, .sel = &sel, .n_sel = &n_sel,
+    Tensor sel, n_sel;
+    if (dense_rows < T_) {
+      int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
+      sel = be_.alloc(DType::I32, {max_sel, T_, 1, 1}), n_sel = be_.alloc(DType::I32, {T_, 1, 1, 1});
+      be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = positions_, .ratio = ratio,
+                      .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
+      trace("qsa.sel", il, sel);
+      trace("qsa.n_sel", il, n_sel);
+    }
+    Tensor o = f32(hd * nh, T_);
+    be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v,
+                    .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
                     .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o,
                     .dense_n0 = n0, .dense_rows = dense_rows});
     trace("qsa.attn", il, o);

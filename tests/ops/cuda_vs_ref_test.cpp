@@ -528,16 +528,37 @@ struct QsaCase {
   int64_t dense_n0 = 0, dense_rows = 0;
 };
 
-std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c) {
+// With without_sel (every row dense) sel and n_sel are not passed.
+std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c, bool without_sel = false) {
   Tensor tq = upload(be, c.q, {c.hd, c.nh, c.T, 1}), tg = upload(be, c.gate, {c.hd, c.nh, c.T, 1});
   Tensor tk = upload(be, c.kc, {c.hd, c.nkv, c.cap, 1}), tv = upload(be, c.vc, {c.hd, c.nkv, c.cap, 1});
   Tensor ts = be.alloc(DType::I32, {c.max_sel, c.T, 1, 1}), tn = be.alloc(DType::I32, {c.T, 1, 1, 1});
   be.write(ts, c.sel.data(), c.sel.size() * 4);
   be.write(tn, c.n_sel.data(), c.n_sel.size() * 4);
   Tensor o = be.alloc_f32(c.hd * c.nh, c.T);
-  be.qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &ts, .n_sel = &tn, .scale = c.scale,
-                 .out = &o, .dense_n0 = c.dense_n0, .dense_rows = c.dense_rows});
+  be.qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = without_sel ? nullptr : &ts,
+                 .n_sel = without_sel ? nullptr : &tn, .scale = c.scale, .out = &o, .dense_n0 = c.dense_n0,
+                 .dense_rows = c.dense_rows});
   return be.read_f32(o);
+}
+
+// Decode and prefill attention with every row dense and no selection (the model's calls while the
+// cache is short), against the reference reading the same causal selections: the chunk kernel
+// (1 and 3 tokens), the token-a-block tiles (100 tokens, given the selections written out) and
+// the dense tiles (200 tokens).
+TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
+  const int64_t hd = 256, nh = 24, nkv = 2;
+  for (auto [T, n0] : {std::pair<int64_t, int64_t>{1, 0}, {1, 130}, {3, 57}, {100, 20}, {200, 9}}) {
+    const int64_t cap = n0 + T + 2, max_sel = n0 + T;
+    auto q = random_values(hd * nh * T, 540), gate = random_values(hd * nh * T, 541);
+    auto kc = random_values(hd * nkv * cap, 542), vc = random_values(hd * nkv * cap, 543);
+    std::vector<int32_t> sel(max_sel * T, -1), n_sel(T);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t p = 0; p <= n0 + t; ++p) sel[t * max_sel + n_sel[t]++] = static_cast<int32_t>(p);
+    const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 0.0625f, n0, T};
+    report_close(run_qsa_attend(*cuda, c, true), widen(run_qsa_attend(*ref, c)), 2e-6,
+                 "qsa_attend without sel T=" + std::to_string(T) + " n0=" + std::to_string(n0));
+  }
 }
 
 // Decode attention over long selections: chunks of 64 positions per (token, kv head) and their

@@ -263,25 +263,41 @@ TEST_P(ModelOps, QsaPoolSelectAttend) {
   float scale = 1 / std::sqrt(6.0f);
   be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &sel, .n_sel = &n_sel, .scale = scale,
                   .out = &out});
-  std::vector<double> want(hd * nh * T);
+  // Row t attends to the positions rows[t].
+  const auto attention = [&](const std::vector<std::vector<int32_t>>& rows) {
+    std::vector<double> want(hd * nh * T);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < nh; ++h) {
+        int64_t g = h / (nh / nkv);
+        std::vector<double> s;
+        for (int32_t j : rows[t]) {
+          double a = 0;
+          for (int64_t i = 0; i < hd; ++i) a += q[(t * nh + h) * hd + i] * static_cast<double>(kc[(j * nkv + g) * hd + i]);
+          s.push_back(a * scale);
+        }
+        double mx = *std::max_element(s.begin(), s.end()), sum = 0;
+        for (double& v : s) sum += v = std::exp(v - mx);
+        for (int64_t i = 0; i < hd; ++i) {
+          double o = 0;
+          for (size_t j = 0; j < s.size(); ++j) o += s[j] / sum * vc[(rows[t][j] * nkv + g) * hd + i];
+          want[t * nh * hd + h * hd + i] = o * sigmoid(gate[(t * nh + h) * hd + i]);
+        }
+      }
+    return want;
+  };
+  expect_close(be->read_f32(out), attention(want_sel), 1e-6, "qsa_attend");
+  // Every row dense, with no selection: rows at positions 7, 8, 9 attend causally.
+  const int64_t n0 = 7;
+  std::vector<std::vector<int32_t>> causal(T);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < nh; ++h) {
-      int64_t g = h / (nh / nkv);
-      std::vector<double> s;
-      for (int32_t j : want_sel[t]) {
-        double a = 0;
-        for (int64_t i = 0; i < hd; ++i) a += q[(t * nh + h) * hd + i] * static_cast<double>(kc[(j * nkv + g) * hd + i]);
-        s.push_back(a * scale);
-      }
-      double mx = *std::max_element(s.begin(), s.end()), sum = 0;
-      for (double& v : s) sum += v = std::exp(v - mx);
-      for (int64_t i = 0; i < hd; ++i) {
-        double o = 0;
-        for (size_t j = 0; j < s.size(); ++j) o += s[j] / sum * vc[(want_sel[t][j] * nkv + g) * hd + i];
-        want[t * nh * hd + h * hd + i] = o * sigmoid(gate[(t * nh + h) * hd + i]);
-      }
-    }
-  expect_close(be->read_f32(out), want, 1e-6, "qsa_attend");
+    for (int32_t p = 0; p <= n0 + t; ++p) causal[t].push_back(p);
+  be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .scale = scale, .out = &out, .dense_n0 = n0,
+                  .dense_rows = T});
+  expect_close(be->read_f32(out), attention(causal), 1e-6, "qsa_attend without a selection");
+  EXPECT_THROW(be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .scale = scale, .out = &out,
+                               .dense_n0 = n0, .dense_rows = T - 1}),
+               Error)
+      << "a row that is not dense needs a selection";
   // Dense rows (QsaAttendArgs::dense_rows) past the call's rows or past the cache are refused.
   for (auto [dense_n0, dense_rows] : {std::pair<int64_t, int64_t>{0, T + 1}, {n, 1}, {0, -1}})
     EXPECT_THROW(be->qsa_attend({.q = &tq, .gate = &tg, .k_cache = &tk, .v_cache = &tv, .sel = &sel, .n_sel = &n_sel,

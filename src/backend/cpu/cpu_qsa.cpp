@@ -99,12 +99,13 @@ void CpuBackend::qsa_select(const QsaSelectArgs& a) {
 void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
   check_qsa_attend(a);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
-  int64_t max_sel = a.sel->ne(0);
+  const QsaRows rows(a);
+  const int64_t max_sel = rows.slots();
   for (int64_t t = 0; t < T; ++t) {
-    int64_t n = a.n_sel->i32()[t];
+    int64_t n = rows.count(t);
     if (n < 0 || n > max_sel) fail("qsa_attend: row ", t, " selects ", n, " of ", max_sel, " slots");
     for (int64_t j = 0; j < n; ++j) {
-      int32_t p = a.sel->i32()[t * max_sel + j];
+      int32_t p = rows.positions(t)[j];
       if (p < 0 || p >= cap) fail("qsa_attend: selected position ", p, " outside the cache");
     }
   }
@@ -112,8 +113,8 @@ void CpuBackend::qsa_attend(const QsaAttendArgs& a) {
   pool_.parallel_for(T * nkv, grain_for(T * nkv, group * max_sel * hd * 2, pool_.size()), [&](int64_t i0, int64_t i1) {
     std::vector<float> s, o(group * hd);
     for (int64_t i = i0; i < i1; ++i) {
-      int64_t t = i / nkv, g = i % nkv, n = a.n_sel->i32()[t];
-      const int32_t* sel = a.sel->i32() + t * max_sel;
+      int64_t t = i / nkv, g = i % nkv, n = rows.count(t);
+      const int32_t* sel = rows.positions(t);
       const float* q = a.q->f32() + (t * nh + g * group) * hd;  // the group's heads, hd apart
       s.resize(group * n);
       // Selected positions come in ascending runs (whole blocks, then the tail); within a run the

@@ -385,8 +385,9 @@ constexpr int kValueBatch = 8;            // V rows a thread loads before adding
 // o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h.
 __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
-                            int64_t hd, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel, int64_t chunk,
-                            int64_t n_splits, float scale, float* part_m, float* part_l, float* part_o) {
+                            int64_t dense_n0, int64_t dense_rows, int64_t hd, int64_t nh, int64_t nkv, int64_t cap,
+                            int64_t max_sel, int64_t chunk, int64_t n_splits, float scale, float* part_m, float* part_l,
+                            float* part_o) {
   grid_dependency_wait();
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, G = nh / nkv;
@@ -395,7 +396,8 @@ __global__ void __launch_bounds__(kAttendThreads)
   float* run_m = p + G * kAttendChunk;   // [G] running max
   float* run_l = run_m + G;              // [G] running sum
   float* rescale = run_l + G;            // [G] exp(old m − new m) of the chunk just scored
-  const int64_t n_total = n_sel[t];
+  const bool dense = t < dense_rows;  // positions 0 .. dense_n0 + t, sel not read
+  const int64_t n_total = dense ? dense_n0 + t + 1 : n_sel[t];
   const int64_t base = ((t * nkv + g) * n_splits + z) * G;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const int64_t i = threadIdx.x;  // this thread's dimension of the output
@@ -406,14 +408,14 @@ __global__ void __launch_bounds__(kAttendThreads)
   __syncthreads();
   for (int64_t j0 = z * chunk; j0 < n_total; j0 += n_splits * chunk) {
     const int64_t n = min(n_total - j0, chunk);
-    const int32_t* s = sel + t * max_sel + j0;
     // Scores: a warp per position, lanes over the key row.
     for (int64_t j = warp; j < n; j += n_warps) {
       float acc[kAttendMaxGroup] = {};
-      const bool valid = s[j] >= 0 && s[j] < cap;
-      if (lane == 0) rows[j] = valid ? s[j] : -1;
+      const int32_t pos = dense ? static_cast<int32_t>(j0 + j) : sel[t * max_sel + j0 + j];
+      const bool valid = pos >= 0 && pos < cap;
+      if (lane == 0) rows[j] = valid ? pos : -1;
       if (valid) {
-        const float* kr = kc + (static_cast<int64_t>(s[j]) * nkv + g) * hd;
+        const float* kr = kc + (static_cast<int64_t>(pos) * nkv + g) * hd;
 #pragma unroll 8
         for (int64_t d = lane; d < hd; d += 32) {
           const float k = kr[d];
@@ -988,10 +990,26 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   OpScope scope(profiler_, "qsa_attend", a.q->ne(2), stream_);
-  int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
-  int64_t max_sel = a.sel->ne(0);
   check_qsa_attend(a);
+  int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
+  int64_t max_sel = a.sel ? a.sel->ne(0) : a.dense_n0 + T;
   if (nh * T == 0) return;
+  // Without sel (every row dense) the kernels that read it get the dense rows' selections written
+  // out; the dense tiles and the chunk kernel take dense rows as they are.
+  Tensor dense_sel, dense_n;
+  const auto with_sel = [&] {
+    if (a.sel) return a;
+    const QsaRows rows(a);
+    std::vector<int32_t> sel(static_cast<size_t>(max_sel * T), -1), n_sel(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      n_sel[t] = static_cast<int32_t>(rows.count(t));
+      std::copy(rows.positions(t), rows.positions(t) + n_sel[t], sel.begin() + t * max_sel);
+    }
+    dense_sel = upload_scratch(std::span<const int32_t>(sel)), dense_n = upload_scratch(std::span<const int32_t>(n_sel));
+    QsaAttendArgs b = a;
+    b.sel = &dense_sel, b.n_sel = &dense_n;
+    return b;
+  };
   // Prefill on the tensor cores: the leading dense rows by tiles of tokens, the rest a token a block.
   const bool tensor_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256;
   const bool mma = T >= kMmaMinTokens && nh / nkv <= kMmaRows && tensor_hd;
@@ -1002,7 +1020,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     const auto run = [&](auto head_width) {
       constexpr int kHd = decltype(head_width)::value;
       if (dense) launch_dense_attend<kHd>(stream_, a, a.dense_rows);
-      if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, a, dense ? a.dense_rows : 0);
+      if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, with_sel(), dense ? a.dense_rows : 0);
     };
     switch (hd) {
       case 64: return run(std::integral_constant<int, 64>{});
@@ -1028,8 +1046,8 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
             "qsa_attend_chunk_kernel shared memory");
     dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_splits));
     launch(stream_, "qsa_attend_chunk_kernel", qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
-           a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(),
-           l.f32(), o.f32());
+           a.v_cache->f32(), a.sel ? a.sel->i32() : nullptr, a.n_sel ? a.n_sel->i32() : nullptr, a.dense_n0,
+           a.dense_rows, hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(), l.f32(), o.f32());
     // A thread per value of a head (up to 256): then each warp writes a Q8_0 chunk of out for the
     // output projection.
     const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
@@ -1044,7 +1062,8 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     check(cudaFuncSetAttribute(qsa_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "qsa_attend_kernel shared memory");
   dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nh));
-  launch(stream_, "qsa_attend_kernel", qsa_attend_kernel, grid, 128, smem, a.q->f32(), a.gate->f32(), a.k_cache->f32(), a.v_cache->f32(), a.sel->i32(), a.n_sel->i32(), hd, nh, nkv, cap, max_sel, a.scale, a.out->f32());
+  const QsaAttendArgs b = with_sel();
+  launch(stream_, "qsa_attend_kernel", qsa_attend_kernel, grid, 128, smem, b.q->f32(), b.gate->f32(), b.k_cache->f32(), b.v_cache->f32(), b.sel->i32(), b.n_sel->i32(), hd, nh, nkv, cap, max_sel, b.scale, b.out->f32());
 }
 
 }  // namespace regolith::cuda

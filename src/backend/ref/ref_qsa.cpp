@@ -63,13 +63,13 @@ void RefBackend::qsa_select(const QsaSelectArgs& a) {
 void RefBackend::qsa_attend(const QsaAttendArgs& a) {
   check_qsa_attend(a);
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
-  int64_t max_sel = a.sel->ne(0);
+  const QsaRows rows(a);
   int64_t group = nh / nkv;
-  parallel_rows(T, nh * max_sel * hd * 2, [&](int64_t t0, int64_t t1) {
+  parallel_rows(T, nh * rows.slots() * hd * 2, [&](int64_t t0, int64_t t1) {
     std::vector<double> s, o(hd);
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t n = a.n_sel->i32()[t];
-      const int32_t* sel = a.sel->i32() + t * max_sel;
+      int64_t n = rows.count(t);
+      const int32_t* sel = rows.positions(t);
       s.assign(n, 0.0);
       for (int64_t h = 0; h < nh; ++h) {
         int64_t g = h / group;
