@@ -1005,7 +1005,8 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
       n_sel[t] = static_cast<int32_t>(rows.count(t));
       std::copy(rows.positions(t), rows.positions(t) + n_sel[t], sel.begin() + t * max_sel);
     }
-    dense_sel = upload_scratch(std::span<const int32_t>(sel)), dense_n = upload_scratch(std::span<const int32_t>(n_sel));
+    dense_sel = upload_scratch(std::span<const int32_t>(sel)).reshaped({max_sel, T, 1, 1});
+    dense_n = upload_scratch(std::span<const int32_t>(n_sel)).reshaped({T, 1, 1, 1});
     QsaAttendArgs b = a;
     b.sel = &dense_sel, b.n_sel = &dense_n;
     return b;
