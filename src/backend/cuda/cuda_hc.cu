@@ -67,19 +67,28 @@ constexpr int kDownRows = 4;
 constexpr int kDownMaxThreads = 256;
 constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
 
+// R and gamma over a run of 8 activations.
+struct Run8 {
+  float4 r[2], g[2];
+};
+__device__ __forceinline__ Run8 load_run(const float* __restrict__ R, const float* __restrict__ gamma) {
+  Run8 v;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) v.r[i] = reinterpret_cast<const float4*>(R)[i], v.g[i] = reinterpret_cast<const float4*>(gamma)[i];
+  return v;
+}
+
 // A run of 8 activations, R[i] after the pending write w·y[i] when y is set: gr[i] = gamma[i]·R[i];
 // returns Σ R[i]².
-__device__ __forceinline__ float load_scaled_run(const float* __restrict__ R, const float* __restrict__ gamma,
-                                                 const float* __restrict__ y, float w, float* gr) {
+__device__ __forceinline__ float scaled_run(const Run8& v, const float* __restrict__ y, float w, float* gr) {
   float sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float4 x = reinterpret_cast<const float4*>(R)[i], g = reinterpret_cast<const float4*>(gamma)[i];
-    float xs[4] = {x.x, x.y, x.z, x.w};
-    const float gs[4] = {g.x, g.y, g.z, g.w};
+    float xs[4] = {v.r[i].x, v.r[i].y, v.r[i].z, v.r[i].w};
+    const float gs[4] = {v.g[i].x, v.g[i].y, v.g[i].z, v.g[i].w};
     if (y) {
-      const float4 v = reinterpret_cast<const float4*>(y)[i];
-      const float ys[4] = {v.x, v.y, v.z, v.w};
+      const float4 t = reinterpret_cast<const float4*>(y)[i];
+      const float ys[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) xs[j] = written(xs[j], w, ys[j]);
     }
@@ -121,23 +130,40 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 #pragma unroll
     for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, kDecodeStreams * H);
   }
+  // With a pending write (y set) the previous kernel wrote only y: R and write_w come from the read
+  // before the sublayer, so a thread's one unit of R, gamma and write_w load before the wait too.
+  const bool early = one_unit && y && u_begin < u_end;
+  Run8 early_runs[2];
+  int64_t early_x[2] = {};
+  float early_w = 0.0f;
+  if (early) {
+    U::runs(u_begin, early_x[0], early_x[1]);
+    early_runs[0] = load_run(R + early_x[0], gamma + early_x[0]), early_runs[1] = load_run(R + early_x[1], gamma + early_x[1]);
+    early_w = write_w[s];
+  }
   grid_dependency_wait();
   float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
-  const float w = y ? write_w[s] : 0.0f;
+  const float w = early ? early_w : y ? write_w[s] : 0.0f;
   const float* ys = y ? y - s * H : nullptr;  // ys[i]: y at position i of stream s
-#pragma unroll 1
-  for (int64_t u = u_begin; u < u_end; u += blockDim.x) {
-    if (!one_unit)
-#pragma unroll
-      for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
-    int64_t x0, x1;
-    U::runs(u, x0, x1);
+  const auto add_unit = [&](int64_t u, int64_t x0, int64_t x1, const Run8& a, const Run8& b) {
     float gr[16];
-    sums[kRows] += load_scaled_run(R + x0, gamma + x0, ys ? ys + x0 : nullptr, w, gr) +
-                   load_scaled_run(R + x1, gamma + x1, ys ? ys + x1 : nullptr, w, gr + 8);
+    sums[kRows] += scaled_run(a, ys ? ys + x0 : nullptr, w, gr) + scaled_run(b, ys ? ys + x1 : nullptr, w, gr + 8);
     const typename U::Sums gr_sums = U::sums(gr);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) sums[k] += U::dot(raw[k], u, gr, gr_sums);
+  };
+  if (early) {
+    add_unit(u_begin, early_x[0], early_x[1], early_runs[0], early_runs[1]);
+  } else {
+#pragma unroll 1
+    for (int64_t u = u_begin; u < u_end; u += blockDim.x) {
+      if (!one_unit)
+#pragma unroll
+        for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
+      int64_t x0, x1;
+      U::runs(u, x0, x1);
+      add_unit(u, x0, x1, load_run(R + x0, gamma + x0), load_run(R + x1, gamma + x1));
+    }
   }
   block_reduce_to_first(sums);
   if (threadIdx.x != 0) return;
