@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -184,6 +185,7 @@ class CudaBackend final : public Backend {
   uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
   size_t staging_head_ = 0;
   uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
+  std::array<cudaEvent_t, 4> read_landed_{};  // a small read's pieces, each copied out once it lands
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;
   cudaEvent_t gather_copied_ = nullptr;  // its last copy has finished

@@ -120,6 +120,7 @@ CudaBackend::CudaBackend(bool int8_products)
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   check(cudaMallocHost(reinterpret_cast<void**>(&read_buffer_), kReadBufferBytes), "cudaMallocHost");
   check(cudaEventCreateWithFlags(&gather_copied_, cudaEventDisableTiming), "cudaEventCreate");
+  for (cudaEvent_t& e : read_landed_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaMalloc(&counters_, kCounters * sizeof(unsigned)), "cudaMalloc");
   check(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset");
   // Programmatic dependent launch (sm_90+) unless REGOLITH_CUDA_PDL=0, on the stream or as the
@@ -152,6 +153,7 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(read_buffer_);
   cudaFreeHost(gather_);
   cudaEventDestroy(gather_copied_);
+  for (cudaEvent_t e : read_landed_) cudaEventDestroy(e);
   cudaFree(counters_);
   cudaStreamDestroy(stream_);
 }
@@ -239,12 +241,24 @@ void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
   if (bytes > src.n_bytes()) fail("read: ", bytes, " bytes from ", src.shape_string());
   flush();
-  // Small reads land in pinned memory first: into pageable memory the driver stages the copy
-  // itself, and a decode step's logits (1 MB) took about 3% longer to come back that way.
-  const bool small = bytes <= kReadBufferBytes;
-  check(cudaMemcpyAsync(small ? read_buffer_ : dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
-  check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
-  if (small) std::memcpy(dst, read_buffer_, bytes);
+  if (bytes > kReadBufferBytes) {
+    check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
+    check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
+  } else {
+    // Small reads land in pinned memory first (into pageable memory the driver stages the copy
+    // itself: a decode step's logits, 1 MB, took about 3% longer to come back that way), in pieces
+    // of at least 64 KB, each copied out while the next is still on its way.
+    const size_t n = read_landed_.size(), piece = std::max<size_t>(64u << 10, (bytes + n - 1) / n);
+    const auto* from = static_cast<const uint8_t*>(src.data());
+    for (size_t at = 0, i = 0; at < bytes; at += piece, ++i) {
+      check(cudaMemcpyAsync(read_buffer_ + at, from + at, std::min(piece, bytes - at), cudaMemcpyDeviceToHost, stream_), "read");
+      check(cudaEventRecord(read_landed_[i], stream_), "cudaEventRecord");
+    }
+    for (size_t at = 0, i = 0; at < bytes; at += piece, ++i) {
+      check(cudaEventSynchronize(read_landed_[i]), "read (a kernel before it failed)");
+      std::memcpy(static_cast<uint8_t*>(dst) + at, read_buffer_ + at, std::min(piece, bytes - at));
+    }
+  }
   profiler_.collect();
   staging_head_ = 0;  // every staged upload has landed
 }

@@ -366,8 +366,7 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
 // (chunks z, z + Z, ...; at most kAttendChunk long, shorter when the selection is short, so that
 // a short decode still spreads over blocks), scoring every query head of the group against each K row it reads once
 // (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
-// with a thread per dimension, so that each V element is read once for all the group's heads (the
-// rows of kValueBatch positions loaded together: one at a time, each waited a memory trip). A
+// with a thread per dimension, so that each V element is read once for all the group's heads. A
 // combine pass merges the splits' partials. Splits fill the GPU: decode takes up to a split per
 // chunk (work spread over many blocks however long the context), more tokens fewer. Prefills of
 // kMmaMinTokens tokens or more take qsa_attend_mma_kernel instead.
@@ -379,20 +378,24 @@ constexpr int64_t kAttendTargetBlocks = 2048;
 // 2,051 selected positions over two kv heads make chunks of 40 positions, 104 blocks (at 64, 64
 // positions and 66 blocks: decode at depth 8K and 32K 4% slower on an H200).
 constexpr int64_t kAttendMinBlocks = 128;
-constexpr int kValueBatch = 8;            // V rows a thread loads before adding any
 
 // Partials of split z for query heads h of group g: m (max score), l (Σ exp(score − m)) and
-// o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h.
+// o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h. A chunk's K and V rows are gathered
+// into shared memory by cp.async, all of them at once (K one group, V the next), so the chunk costs
+// one memory trip, not one per position (scores) and per kValueBatch positions (values). hd is a
+// multiple of 4 (16-byte pieces).
 __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
                             int64_t dense_n0, int64_t dense_rows, int64_t hd, int64_t nh, int64_t nkv, int64_t cap,
                             int64_t max_sel, int64_t chunk, int64_t n_splits, float scale, float* part_m, float* part_l,
                             float* part_o) {
   grid_dependency_wait();
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   const int64_t t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, G = nh / nkv;
   float* qs = smem;                      // [G][hd]
-  float* p = qs + G * hd;                // [G][kAttendChunk] scores, then exp(score − m)
+  float* ks = qs + G * hd;               // [chunk][hd] the chunk's K rows
+  float* vs = ks + chunk * hd;           // [chunk][hd] its V rows
+  float* p = vs + chunk * hd;            // [G][kAttendChunk] scores, then exp(score − m)
   float* run_m = p + G * kAttendChunk;   // [G] running max
   float* run_l = run_m + G;              // [G] running sum
   float* rescale = run_l + G;            // [G] exp(old m − new m) of the chunk just scored
@@ -405,17 +408,33 @@ __global__ void __launch_bounds__(kAttendThreads)
   for (int64_t k = threadIdx.x; k < G * hd; k += blockDim.x) qs[k] = q[(t * nh + g * G) * hd + k];
   for (int64_t h = threadIdx.x; h < G; h += blockDim.x) run_m[h] = -INFINITY, run_l[h] = 0.0f;
   float o[kAttendMaxGroup] = {};
-  __syncthreads();
+  const int64_t pieces = hd / 4;  // 16-byte pieces of a row
   for (int64_t j0 = z * chunk; j0 < n_total; j0 += n_splits * chunk) {
     const int64_t n = min(n_total - j0, chunk);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const int32_t pos = dense ? static_cast<int32_t>(j0 + j) : sel[t * max_sel + j0 + j];
+      rows[j] = pos >= 0 && pos < cap ? pos : -1;
+    }
+    __syncthreads();
+    // The chunk's rows, an invalid one zero-filled (never read): K, then V.
+    for (int kv = 0; kv < 2; ++kv) {
+      const float* cache = kv ? vc : kc;
+      float* stage = kv ? vs : ks;
+      for (int64_t k = threadIdx.x; k < n * pieces; k += blockDim.x) {
+        const int row = rows[k / pieces];
+        const int64_t at = (static_cast<int64_t>(row < 0 ? 0 : row) * nkv + g) * hd + k % pieces * 4;
+        cp_async_16_or_zero(stage + k / pieces * hd + k % pieces * 4, cache + at, row >= 0);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<1>();  // this thread's K pieces; the barrier makes them everyone's
+    __syncthreads();
     // Scores: a warp per position, lanes over the key row.
     for (int64_t j = warp; j < n; j += n_warps) {
       float acc[kAttendMaxGroup] = {};
-      const int32_t pos = dense ? static_cast<int32_t>(j0 + j) : sel[t * max_sel + j0 + j];
-      const bool valid = pos >= 0 && pos < cap;
-      if (lane == 0) rows[j] = valid ? pos : -1;
+      const bool valid = rows[j] >= 0;
       if (valid) {
-        const float* kr = kc + (static_cast<int64_t>(pos) * nkv + g) * hd;
+        const float* kr = ks + j * hd;
 #pragma unroll 8
         for (int64_t d = lane; d < hd; d += 32) {
           const float k = kr[d];
@@ -453,30 +472,23 @@ __global__ void __launch_bounds__(kAttendThreads)
         run_m[h] = m;
       }
     }
+    cp_async_wait<0>();  // the V pieces
     __syncthreads();
-    // Values: a thread per dimension, each V element applied to every head of the group.
+    // Values: a thread per dimension, each V element applied to every head of the group, in
+    // position order.
     if (i < hd) {
 #pragma unroll
       for (int h = 0; h < kAttendMaxGroup; ++h)
         if (h < G) o[h] *= rescale[h];
-      // kValueBatch rows' loads go out together; their products are added in position order.
-      for (int64_t j0 = 0; j0 < n; j0 += kValueBatch) {
-        float v[kValueBatch];
+      for (int64_t j = 0; j < n; ++j) {
+        if (rows[j] < 0) continue;
+        const float v = vs[j * hd + i];
 #pragma unroll
-        for (int u = 0; u < kValueBatch; ++u) {
-          const int row = j0 + u < n ? rows[j0 + u] : -1;
-          v[u] = row >= 0 ? vc[(static_cast<int64_t>(row) * nkv + g) * hd + i] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kValueBatch; ++u) {
-          if (j0 + u >= n || rows[j0 + u] < 0) continue;
-#pragma unroll
-          for (int h = 0; h < kAttendMaxGroup; ++h)
-            if (h < G) o[h] = fmaf(p[h * kAttendChunk + j0 + u], v[u], o[h]);
-        }
+        for (int h = 0; h < kAttendMaxGroup; ++h)
+          if (h < G) o[h] = fmaf(p[h * kAttendChunk + j], v, o[h]);
       }
     }
-    __syncthreads();  // p and rescale are rewritten by the next chunk
+    __syncthreads();  // rows, the stages, p and rescale are rewritten by the next chunk
   }
   for (int64_t h = threadIdx.x; h < G; h += blockDim.x) part_m[base + h] = run_m[h], part_l[base + h] = run_l[h];
   if (i < hd)
@@ -1030,7 +1042,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
       case 256: return run(std::integral_constant<int, 256>{});
     }
   }
-  if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads) {
+  if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads && hd % 4 == 0) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
     // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
     const int64_t G = nh / nkv;
@@ -1040,7 +1052,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     const int64_t n_splits = std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks);
     const int64_t n_parts = T * nkv * n_splits * G;
     Tensor m = scratch_f32(n_parts), l = scratch_f32(n_parts), o = scratch_f32(n_parts * hd);
-    size_t smem = static_cast<size_t>(G * (hd + kAttendChunk + 3)) * sizeof(float);
+    size_t smem = static_cast<size_t>(G * (hd + kAttendChunk + 3) + 2 * chunk * hd) * sizeof(float);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(qsa_attend_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem)),
