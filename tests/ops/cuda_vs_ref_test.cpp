@@ -9,6 +9,7 @@
 // tokens. Skips without a device.
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "op_bounds.h"
 #include "op_test_util.h"
@@ -132,7 +133,8 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
 // and pairs of equal rows (equal positive scores). A few tokens (decode's warp per block) and 150
 // (prefill's tiles of 64 tokens × 64 blocks; d = 40 is not a multiple of the tiles' 32-value
 // slices). Then 2,600 blocks, so that each thread of the selection kernel takes a run of three
-// blocks or fewer and the ties at the threshold fall in many runs.
+// blocks or fewer and the ties at the threshold fall in many runs; then 17,600, more than the
+// selection kernel holds in shared memory (it reads them from global memory on each pass).
 TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
   const int64_t nh = 3, ratio = 4;
   std::vector<int64_t> many;
@@ -167,6 +169,7 @@ TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
   check({0, 3, 9, 150, 700, 1023, 1199, 1201, 1202}, 16, 300, tops);
   check(many, 40, 300, tops);
   check({2051, 4100, 7003, 10398, 10399, 10402}, 16, 2600, {1, 37, 512, 1500, 2599});
+  check({30000, 66000, 70003}, 16, 17600, {1, 512, 17000});
 }
 
 TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {
@@ -543,12 +546,13 @@ std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c, bool without_se
 }
 
 // Decode and prefill attention with every row dense and no selection (the model's calls while the
-// cache is short), against the reference reading the same causal selections: the chunk kernel
-// (1 and 3 tokens), the token-a-block tiles (100 tokens, given the selections written out) and
-// the dense tiles (200 tokens).
+// cache is short), against the reference reading the same causal selections. Head width 256:
+// decode splits on the tensor cores (1 and 3 tokens), the token-a-block tiles (100 tokens) and the
+// dense tiles (200 tokens); 96: the chunk kernel (each token count).
 TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
-  const int64_t hd = 256, nh = 24, nkv = 2;
-  for (auto [T, n0] : {std::pair<int64_t, int64_t>{1, 0}, {1, 130}, {3, 57}, {100, 20}, {200, 9}}) {
+  const int64_t nh = 24, nkv = 2;
+  for (auto [T, n0, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 256}, {1, 130, 256}, {3, 57, 256}, {100, 20, 256},
+                           {200, 9, 256}, {1, 130, 96}, {3, 57, 96}, {100, 20, 96}}) {
     const int64_t cap = n0 + T + 2, max_sel = n0 + T;
     auto q = random_values(hd * nh * T, 540), gate = random_values(hd * nh * T, 541);
     auto kc = random_values(hd * nkv * cap, 542), vc = random_values(hd * nkv * cap, 543);
@@ -557,16 +561,18 @@ TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
       for (int64_t p = 0; p <= n0 + t; ++p) sel[t * max_sel + n_sel[t]++] = static_cast<int32_t>(p);
     const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 0.0625f, n0, T};
     report_close(run_qsa_attend(*cuda, c, true), widen(run_qsa_attend(*ref, c)), 2e-6,
-                 "qsa_attend without sel T=" + std::to_string(T) + " n0=" + std::to_string(n0));
+                 "qsa_attend without sel hd=" + std::to_string(hd) + " T=" + std::to_string(T) +
+                     " n0=" + std::to_string(n0));
   }
 }
 
-// Decode attention over long selections: chunks of 64 positions per (token, kv head) and their
-// merge, with tokens of different counts and 12 query heads per kv head; then 20 per kv head,
-// more than the chunk kernel takes (16), which runs the kernel with a block per query head.
+// Decode attention over long selections, split over blocks and merged, with tokens of different
+// counts and 12 query heads per kv head: on the tensor cores (head widths 256 and 64: a split per
+// 32 positions) and by the chunk kernel (96: no tensor-core instance); then 20 per kv head, more
+// than either takes (16), which runs the kernel with a block per query head.
 TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
-  int64_t hd = 64, nkv = 2, cap = 900, max_sel = 700;
-  for (int64_t nh : {24, 40}) {
+  int64_t nkv = 2, cap = 900, max_sel = 700;
+  for (auto [hd, nh] : {std::pair<int64_t, int64_t>{256, 24}, {64, 24}, {96, 24}, {64, 40}}) {
     for (int64_t T : {1, 3}) {
       auto q = random_values(hd * nh * T, 500), gate = random_values(hd * nh * T, 501);
       auto kc = random_values(hd * nkv * cap, 502), vc = random_values(hd * nkv * cap, 503);
@@ -577,7 +583,8 @@ TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
       }
       const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 0.125f};
       report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
-                   "qsa_attend decode G=" + std::to_string(nh / nkv) + " T=" + std::to_string(T));
+                   "qsa_attend decode hd=" + std::to_string(hd) + " G=" + std::to_string(nh / nkv) +
+                       " T=" + std::to_string(T));
     }
   }
 }

@@ -6,6 +6,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -18,6 +20,23 @@ namespace regolith::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Experiment switches (session 34): REGOLITH_ATTEND_MMA=0 sends decode attention back to the
+// chunk kernel; REGOLITH_ATTEND_CPS=N gives each decode split N chunks of 32 positions.
+bool attend_mma_decode() {
+  static const bool on = [] {
+    const char* v = std::getenv("REGOLITH_ATTEND_MMA");
+    return !v || std::string_view(v) != "0";
+  }();
+  return on;
+}
+int64_t attend_chunks_per_split() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("REGOLITH_ATTEND_CPS");
+    return v ? std::max(1, std::atoi(v)) : 1;
+  }();
+  return n;
+}
 
 __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
   grid_dependency_wait();
@@ -203,8 +222,10 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 
 // One block per query row: the top k blocks (ties to the lower index), ascending, then the tail.
 // Decode has one row, so the block is as wide as a block gets: at 32K context each pass reads the
-// row's 8,192 scores.
+// row's 8,192 scores. Rows of up to kChooseSharedKeys blocks are read once, as keys, into shared
+// memory (every pass read them from L2 again, and each trip held up the pass).
 constexpr int kChooseThreads = 1024;
+constexpr int64_t kChooseSharedKeys = 16384;  // 128 KB: contexts up to 64K at ratio 4
 __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* __restrict__ scores,
                                                                     const int64_t* positions, int64_t ratio,
                                                                     int64_t top_blocks, int64_t nb_max, int64_t max_sel,
@@ -220,6 +241,11 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   const double* sc = scores + t * nb_max;
   int32_t* out = sel + t * max_sel;
   const int tid = threadIdx.x, lane = tid % 32;
+  extern __shared__ uint64_t row_keys[];  // [nb] when staged
+  const bool staged = nb_max <= kChooseSharedKeys;
+  if (staged && k < nb)  // a row taking all has no scores
+    for (int64_t b = tid; b < nb; b += kChooseThreads) row_keys[b] = score_key(sc[b]);
+  const auto key_at = [&](int64_t b) { return staged ? row_keys[b] : score_key(sc[b]); };
 
   // Radix select, 8 bits a pass from the top: tau = the k-th largest key under `mask`, and how
   // many of the blocks whose masked key equals tau are still to be taken. A pass whose digit
@@ -245,7 +271,7 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
       // them one at a time.
       for (int64_t base = 0; base < nb; base += kChooseThreads) {
         const int64_t b = base + tid;
-        const uint64_t key = b < nb ? score_key(sc[b]) : 0;
+        const uint64_t key = b < nb ? key_at(b) : 0;
         const unsigned digit = b < nb && (key & mask) == prefix ? static_cast<unsigned>(key >> shift) & 255u : 256u;
         const unsigned peers = __match_any_sync(0xffffffffu, digit);
         if (digit < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], static_cast<unsigned>(__popc(peers)));
@@ -294,7 +320,7 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   // row (they were two scans a 1,024 blocks).
   const int64_t run = k > 0 ? (nb + kChooseThreads - 1) / kChooseThreads : 0;
   const int64_t b0 = min(nb, tid * run), b1 = min(nb, b0 + run);
-  const auto masked_key = [&](int64_t b) { return take_all ? 0 : score_key(sc[b]) & mask; };  // a row taking all has no scores
+  const auto masked_key = [&](int64_t b) { return take_all ? 0 : key_at(b) & mask; };  // a row taking all has no scores
   int gt = 0, eq = 0;
   for (int64_t b = b0; b < b1; ++b) {
     const uint64_t key = masked_key(b);
@@ -522,15 +548,24 @@ size_t mma_attend_words(int64_t hd) {
          2 * kMmaChunk;
 }
 
+// Where the splits of a selection leave their partials (the chunk kernel's layout, merged by
+// qsa_attend_combine_kernel); with one split (m null) each output is written finished.
+struct AttendParts {
+  int64_t n_splits = 1;
+  float *m = nullptr, *l = nullptr, *o = nullptr;
+};
+
+// Rows t < dense_rows attend to positions 0 .. dense_n0 + t and read no sel.
 template <int kHd>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int32_t* __restrict__ sel,
-                          const int32_t* __restrict__ n_sel, int64_t nh, int64_t nkv, int64_t cap, int64_t max_sel,
-                          float scale, float* __restrict__ out) {
+                          const int32_t* __restrict__ n_sel, int64_t dense_n0, int64_t dense_rows, int64_t nh,
+                          int64_t nkv, int64_t cap, int64_t max_sel, float scale, AttendParts parts,
+                          float* __restrict__ out) {
   grid_dependency_wait();
   extern __shared__ __align__(16) float attend_shared[];
-  const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv;
+  const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv, z = blockIdx.z, stride = parts.n_splits * kMmaChunk;
   constexpr int kp = kHd + 4, vp = kHd + 8;  // row pitches of K and V
   constexpr int kPieces = kHd / 4;           // 16-byte pieces of a row
   float* ks = attend_shared;         // [32][kp]
@@ -542,11 +577,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [2 chunks][32], −1: no position
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
-  const int64_t n_total = n_sel[t];
-  const int32_t* sel_t = sel + t * max_sel;
+  const bool dense = t < dense_rows;
+  const int64_t n_total = dense ? dense_n0 + t + 1 : n_sel[t];
+  const int32_t* sel_t = dense ? nullptr : sel + t * max_sel;
   auto set_rows = [&](int64_t j0, int32_t* r) {
     if (tid < kMmaChunk) {
-      const int32_t row = j0 + tid < n_total ? sel_t[j0 + tid] : -1;
+      const int64_t j = j0 + tid;
+      const int32_t row = j >= n_total ? -1 : dense ? static_cast<int32_t>(j) : sel_t[j];
       r[tid] = row >= 0 && row < cap ? row : -1;
     }
   };
@@ -578,17 +615,18 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     qa[s][3] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k + 4] : 0.0f);
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
-  set_rows(0, rows);
+  // Split z takes chunks z, z + n_splits, ...
+  set_rows(z * kMmaChunk, rows);
   __syncthreads();
-  if (n_total > 0) {
+  if (z * kMmaChunk < n_total) {
     request(kc, rows, ks, kp);
     request(vc, rows, vs, vp);
   }
   float o[kSteps][4] = {};  // output dimensions warp·kDims + 8·ni + 2·tq + e % 2 of row gq + 8·(e / 2)
-  for (int64_t j0 = 0, c = 0; j0 < n_total; j0 += kMmaChunk, ++c) {
+  for (int64_t j0 = z * kMmaChunk, c = 0; j0 < n_total; j0 += stride, ++c) {
     const int32_t* cur = rows + (c % 2) * kMmaChunk;
     int32_t* next = rows + ((c + 1) % 2) * kMmaChunk;
-    const bool more = j0 + kMmaChunk < n_total;
+    const bool more = j0 + stride < n_total;
     cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
     __syncthreads();
     // Partial scores of the chunk's 32 positions over this warp's dimensions, an independent chain
@@ -610,7 +648,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(ps + (warp * kMmaRows + gq + 8 * h) * kMmaPPitch + 8 * ni + 2 * tq) =
             make_float2(part[ni][2 * h], part[ni][2 * h + 1]);
-    if (more) set_rows(j0 + kMmaChunk, next);
+    if (more) set_rows(j0 + stride, next);
     __syncthreads();  // K is read, the scores and the next rows are written
     if (more) request(kc, next, ks, kp);
     {  // Running softmax: 16 lanes a row, 2 positions each.
@@ -674,15 +712,22 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     __syncthreads();  // V and P are read
     if (more) request(vc, next, vs, vp);
   }
-  __syncthreads();  // run_l is final
+  __syncthreads();  // run_m and run_l are final
+  const int64_t base = ((t * nkv + g) * parts.n_splits + z) * G;  // this split's partials
+  if (parts.m && tid < G) parts.m[base + tid] = run_m[tid], parts.l[base + tid] = run_l[tid];
 #pragma unroll
   for (int ni = 0; ni < kSteps; ++ni) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = gq + 8 * (e / 2);
       if (row >= G) continue;
+      const int dim = warp * kDims + ni * 8 + 2 * tq + e % 2;
+      if (parts.m) {
+        parts.o[(base + row) * kHd + dim] = o[ni][e];
+        continue;
+      }
       const float l = run_l[row];
-      const int64_t at = (t * nh + g * G + row) * kHd + warp * kDims + ni * 8 + 2 * tq + e % 2;
+      const int64_t at = (t * nh + g * G + row) * kHd + dim;
       out[at] = l > 0 ? static_cast<float>(static_cast<double>(o[ni][e] / l) * sigmoid_d(gate[at])) : 0.0f;
     }
   }
@@ -865,11 +910,11 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 1)
   }
 }
 
-// Rows row0 .. of a on the tensor cores, a token a block.
+// Rows row0 .. of a on the tensor cores, a token a block, or parts.n_splits blocks writing parts.
 template <int kHd>
-void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0) {
+void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0, AttendParts parts = {}) {
   const int64_t nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
-  const int64_t max_sel = a.sel->ne(0), row = kHd * nh;
+  const int64_t max_sel = a.sel ? a.sel->ne(0) : 0, row = kHd * nh;
   const size_t smem = mma_attend_words(kHd) * sizeof(float);
   [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
     check(cudaFuncSetAttribute(qsa_attend_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -877,7 +922,12 @@ void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0
           "qsa_attend_mma_kernel shared memory");
     return true;
   }();
-  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel<kHd>, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nkv)), kMmaWarps * 32, smem, a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(), a.sel->i32() + row0 * max_sel, a.n_sel->i32() + row0, nh, nkv, a.k_cache->ne(2), max_sel, a.scale, a.out->f32() + row0 * row);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(parts.n_splits));
+  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel<kHd>, grid, kMmaWarps * 32, smem,
+         a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(),
+         a.sel ? a.sel->i32() + row0 * max_sel : nullptr, a.n_sel ? a.n_sel->i32() + row0 : nullptr,
+         a.dense_n0 + row0, std::max<int64_t>(0, a.dense_rows - row0), nh, nkv, a.k_cache->ne(2), max_sel, a.scale,
+         parts, a.out->f32() + row0 * row);
 }
 
 // The first T rows of a (all dense).
@@ -903,7 +953,7 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 // whose loads go out kCombineBatch chunks at a time rather than one after another; the sums keep
 // chunk order. With x8 set and a thread per value of a head (hd a multiple of 32), each warp also
 // writes its 32 values' Q8_0 chunk for the output projection.
-constexpr int kCombineBatch = 8;
+constexpr int kCombineBatch = 32;
 __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
                                           const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
                                           float* out, QuantizeTarget x8) {
@@ -997,7 +1047,14 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
     dim3 grid(static_cast<unsigned>(n_scored), blocks_for(nb_max, kThreads / 32));
     launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, iq, a.pooled->f32(), pos_d + t0, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   }
-  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, 0, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
+  const size_t key_bytes = nb_max <= kChooseSharedKeys ? static_cast<size_t>(nb_max) * sizeof(uint64_t) : 0;
+  [[maybe_unused]] static const bool shared_ready = [] {
+    check(cudaFuncSetAttribute(qsa_choose_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kChooseSharedKeys * sizeof(uint64_t))),
+          "qsa_choose_kernel shared memory");
+    return true;
+  }();
+  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, key_bytes, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
@@ -1006,8 +1063,8 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel ? a.sel->ne(0) : a.dense_n0 + T;
   if (nh * T == 0) return;
-  // Without sel (every row dense) the kernels that read it get the dense rows' selections written
-  // out; the dense tiles and the chunk kernel take dense rows as they are.
+  // Without sel (every row dense) the generic kernel gets the dense rows' selections written out;
+  // the others take dense rows as they are.
   Tensor dense_sel, dense_n;
   const auto with_sel = [&] {
     if (a.sel) return a;
@@ -1023,17 +1080,41 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     b.sel = &dense_sel, b.n_sel = &dense_n;
     return b;
   };
-  // Prefill on the tensor cores: the leading dense rows by tiles of tokens, the rest a token a block.
-  const bool tensor_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256;
-  const bool mma = T >= kMmaMinTokens && nh / nkv <= kMmaRows && tensor_hd;
+  const int64_t G = nh / nkv;
+  // Splits of a selection write partials that the combine kernel merges into out (gated; in Q8_0
+  // too for the output projection when a thread takes each value of a head).
+  const auto split_parts = [&](int64_t n_splits) {
+    const int64_t n_parts = T * nkv * n_splits * G;
+    return AttendParts{n_splits, scratch_f32(n_parts).f32(), scratch_f32(n_parts).f32(), scratch_f32(n_parts * hd).f32()};
+  };
+  const auto combine = [&](const AttendParts& parts) {
+    const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
+    const QuantizeTarget x8 = combine_threads == hd && hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
+    launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
+           dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)), static_cast<unsigned>(combine_threads),
+           static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
+           parts.n_splits, a.out->f32(), x8);
+  };
+  // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
+  // decode (fewer tokens) a block per attend_chunks_per_split() chunks of a (token, kv head)'s
+  // selection.
+  const bool tensor_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256, mma_group = tensor_hd && G <= kMmaRows;
+  const bool mma = T >= kMmaMinTokens && mma_group;
   const int64_t rest = T - a.dense_rows;
-  const bool dense = tensor_hd && a.dense_rows >= kDenseMinTokens && nh / nkv <= kFlashRows &&
+  const bool dense = tensor_hd && a.dense_rows >= kDenseMinTokens && G <= kFlashRows &&
                      (rest == 0 || (mma && rest >= kMmaMinTokens));
-  if (dense || mma) {
+  const bool split_mma = !mma && mma_group && attend_mma_decode();
+  if (dense || mma || split_mma) {
     const auto run = [&](auto head_width) {
       constexpr int kHd = decltype(head_width)::value;
+      if (split_mma) {
+        const int64_t n_chunks = (max_sel + kMmaChunk - 1) / kMmaChunk, per = attend_chunks_per_split();
+        const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, (n_chunks + per - 1) / per));
+        launch_mma_attend<kHd>(stream_, a, 0, parts);
+        return combine(parts);
+      }
       if (dense) launch_dense_attend<kHd>(stream_, a, a.dense_rows);
-      if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, with_sel(), dense ? a.dense_rows : 0);
+      if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, a, dense ? a.dense_rows : 0);
     };
     switch (hd) {
       case 64: return run(std::integral_constant<int, 64>{});
@@ -1042,33 +1123,23 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
       case 256: return run(std::integral_constant<int, 256>{});
     }
   }
-  if (nh / nkv <= kAttendMaxGroup && hd <= kAttendThreads && hd % 4 == 0) {
+  if (G <= kAttendMaxGroup && hd <= kAttendThreads && hd % 4 == 0) {
     // Splits: a chunk each when there are few (token, kv head) rows, else enough for the GPU;
     // chunks shorter than kAttendChunk (multiples of 8) when even that leaves few blocks.
-    const int64_t G = nh / nkv;
     const int64_t per_block = (max_sel * T * nkv + kAttendMinBlocks - 1) / kAttendMinBlocks;
     const int64_t chunk = std::clamp<int64_t>((per_block + 7) / 8 * 8, 8, kAttendChunk);
     const int64_t n_chunks = std::max<int64_t>(1, (max_sel + chunk - 1) / chunk);
-    const int64_t n_splits = std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks);
-    const int64_t n_parts = T * nkv * n_splits * G;
-    Tensor m = scratch_f32(n_parts), l = scratch_f32(n_parts), o = scratch_f32(n_parts * hd);
+    const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks));
     size_t smem = static_cast<size_t>(G * (hd + kAttendChunk + 3) + 2 * chunk * hd) * sizeof(float);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(qsa_attend_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem)),
             "qsa_attend_chunk_kernel shared memory");
-    dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(n_splits));
+    dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(parts.n_splits));
     launch(stream_, "qsa_attend_chunk_kernel", qsa_attend_chunk_kernel, grid, kAttendThreads, smem, a.q->f32(), a.k_cache->f32(),
            a.v_cache->f32(), a.sel ? a.sel->i32() : nullptr, a.n_sel ? a.n_sel->i32() : nullptr, a.dense_n0,
-           a.dense_rows, hd, nh, nkv, cap, max_sel, chunk, n_splits, a.scale, m.f32(), l.f32(), o.f32());
-    // A thread per value of a head (up to 256): then each warp writes a Q8_0 chunk of out for the
-    // output projection.
-    const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
-    const QuantizeTarget x8 = combine_threads == hd && hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
-    launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)),
-           static_cast<unsigned>(combine_threads), static_cast<size_t>(n_splits) * sizeof(float), a.gate->f32(), m.f32(), l.f32(),
-           o.f32(), hd, nh, nkv, n_splits, a.out->f32(), x8);
-    return;
+           a.dense_rows, hd, nh, nkv, cap, max_sel, chunk, parts.n_splits, a.scale, parts.m, parts.l, parts.o);
+    return combine(parts);
   }
   size_t smem = static_cast<size_t>(std::max<int64_t>(max_sel, 1)) * sizeof(float);
   if (smem > 48 * 1024)
