@@ -6,8 +6,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -21,22 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Experiment switches (session 34): REGOLITH_ATTEND_MMA=0 sends decode attention back to the
-// chunk kernel; REGOLITH_ATTEND_CPS=N gives each decode split N chunks of 32 positions.
-bool attend_mma_decode() {
-  static const bool on = [] {
-    const char* v = std::getenv("REGOLITH_ATTEND_MMA");
-    return !v || std::string_view(v) != "0";
-  }();
-  return on;
-}
-int64_t attend_chunks_per_split() {
-  static const int64_t n = [] {
-    const char* v = std::getenv("REGOLITH_ATTEND_CPS");
-    return v ? std::max(1, std::atoi(v)) : 1;
-  }();
-  return n;
-}
 
 __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
   grid_dependency_wait();
@@ -394,22 +376,21 @@ __global__ void qsa_attend_kernel(const float* q, const float* gate, const float
 // (a warp per position), keeping a running softmax per head (max m, sum l), and adding the V rows
 // with a thread per dimension, so that each V element is read once for all the group's heads. A
 // combine pass merges the splits' partials. Splits fill the GPU: decode takes up to a split per
-// chunk (work spread over many blocks however long the context), more tokens fewer. Prefills of
-// kMmaMinTokens tokens or more take qsa_attend_mma_kernel instead.
+// chunk (work spread over many blocks however long the context), more tokens fewer. Head widths
+// with a tensor-core instance (64, 128, 192, 256) take qsa_attend_mma_kernel instead.
 constexpr int kAttendChunk = 64;
 constexpr int kAttendMaxGroup = 16;  // query heads per kv head
 constexpr int kAttendThreads = 256;  // also the widest head: a thread per dimension
 constexpr int64_t kAttendTargetBlocks = 2048;
-// Chunks get shorter so that a call's positions spread over about this many blocks: a decode's
-// 2,051 selected positions over two kv heads make chunks of 40 positions, 104 blocks (at 64, 64
-// positions and 66 blocks: decode at depth 8K and 32K 4% slower on an H200).
+// Chunks get shorter so that a call's positions spread over about this many blocks (measured when
+// this kernel took the flash-next decode: its 2,051 selected positions over two kv heads made
+// chunks of 40 positions, 104 blocks; at 64, 66 blocks, decode at 8K and 32K was 4% slower).
 constexpr int64_t kAttendMinBlocks = 128;
 
 // Partials of split z for query heads h of group g: m (max score), l (Σ exp(score − m)) and
 // o[i] (Σ exp(score − m)·v_i), at ((t·nkv + g)·Z + z)·G + h. A chunk's K and V rows are gathered
 // into shared memory by cp.async, all of them at once (K one group, V the next), so the chunk costs
-// one memory trip, not one per position (scores) and per kValueBatch positions (values). hd is a
-// multiple of 4 (16-byte pieces).
+// one memory trip. hd is a multiple of 4 (16-byte pieces).
 __global__ void __launch_bounds__(kAttendThreads)
     qsa_attend_chunk_kernel(const float* q, const float* kc, const float* vc, const int32_t* sel, const int32_t* n_sel,
                             int64_t dense_n0, int64_t dense_rows, int64_t hd, int64_t nh, int64_t nkv, int64_t cap,
@@ -523,7 +504,7 @@ __global__ void __launch_bounds__(kAttendThreads)
       if (h < G) part_o[(base + h) * hd + i] = o[h];
 }
 
-// Prefill attention on the tensor cores, a block of 8 warps per (token, kv head). The group's
+// Attention on the tensor cores, a block of 8 warps per (token, kv head, split). The group's
 // G <= 16 query heads are the 16 rows of m16n8k8 TF32 tiles on split operands (FP32-accurate, as
 // the GEMM tile of cuda_gemm.cuh). The selection is walked in chunks of 32 positions whose K and V
 // rows are gathered into shared memory by cp.async, software-pipelined: the next chunk's K rows
@@ -531,13 +512,14 @@ __global__ void __launch_bounds__(kAttendThreads)
 // are added, so each copy overlaps the work between. Warp w owns dimensions [w·hd/8, (w+1)·hd/8):
 // it keeps the group's Q fragments of them in registers for the whole selection, scores every
 // position of a chunk over them (four independent n8 tiles), and accumulates those output
-// dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores. One
-// split: each output is written finished.
+// dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores. Prefill
+// has one split, and each output is written finished; decode splits the selection a chunk a
+// block, so that its few (token, kv head) rows still fill the GPU, and writes partials.
 constexpr int kMmaChunk = 32;  // positions per chunk
 constexpr int kMmaWarps = 8;
 constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
 constexpr int kMmaPPitch = kMmaChunk + 4;  // ≡ 4 (mod 32): the A-fragment loads of P are conflict-free
-constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) take the split chunk kernel
+constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selection over blocks
 
 // Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 4: the fragment
 // loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t, columns g
@@ -1096,20 +1078,20 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
            parts.n_splits, a.out->f32(), x8);
   };
   // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
-  // decode (fewer tokens) a block per attend_chunks_per_split() chunks of a (token, kv head)'s
-  // selection.
+  // decode (fewer tokens) a block per 32-position chunk of a (token, kv head)'s selection (two
+  // chunks a block: decode at 32K 4% slower on an H200; the chunk kernel: 5% slower).
   const bool tensor_hd = hd == 64 || hd == 128 || hd == 192 || hd == 256, mma_group = tensor_hd && G <= kMmaRows;
   const bool mma = T >= kMmaMinTokens && mma_group;
   const int64_t rest = T - a.dense_rows;
   const bool dense = tensor_hd && a.dense_rows >= kDenseMinTokens && G <= kFlashRows &&
                      (rest == 0 || (mma && rest >= kMmaMinTokens));
-  const bool split_mma = !mma && mma_group && attend_mma_decode();
+  const bool split_mma = !mma && mma_group;
   if (dense || mma || split_mma) {
     const auto run = [&](auto head_width) {
       constexpr int kHd = decltype(head_width)::value;
       if (split_mma) {
-        const int64_t n_chunks = (max_sel + kMmaChunk - 1) / kMmaChunk, per = attend_chunks_per_split();
-        const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, (n_chunks + per - 1) / per));
+        const int64_t n_chunks = (max_sel + kMmaChunk - 1) / kMmaChunk;
+        const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks));
         launch_mma_attend<kHd>(stream_, a, 0, parts);
         return combine(parts);
       }
