@@ -569,22 +569,25 @@ TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
 // Decode attention over long selections, split over blocks and merged, with tokens of different
 // counts and 12 query heads per kv head: on the tensor cores (head widths 256 and 64: a split per
 // 32 positions) and by the chunk kernel (96: no tensor-core instance); then 20 per kv head, more
-// than either takes (16), which runs the kernel with a block per query head.
+// than either takes (16), which runs the kernel with a block per query head. Selections of up to
+// 250 positions at head width 256 make 8 splits, whose maxima and sums (8·12 values a kv head) are
+// as large as the Q8_0 scales the combine kernel writes: the partials must outlive the call.
 TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
-  int64_t nkv = 2, cap = 900, max_sel = 700;
-  for (auto [hd, nh] : {std::pair<int64_t, int64_t>{256, 24}, {64, 24}, {96, 24}, {64, 40}}) {
+  int64_t nkv = 2, cap = 900;
+  for (auto [hd, nh, max_sel] : {std::tuple<int64_t, int64_t, int64_t>{256, 24, 700}, {256, 24, 250}, {64, 24, 700},
+                                 {96, 24, 700}, {64, 40, 700}}) {
     for (int64_t T : {1, 3}) {
       auto q = random_values(hd * nh * T, 500), gate = random_values(hd * nh * T, 501);
       auto kc = random_values(hd * nkv * cap, 502), vc = random_values(hd * nkv * cap, 503);
       std::vector<int32_t> sel(max_sel * T, -1), n_sel(T);
       for (int64_t t = 0; t < T; ++t) {
-        n_sel[t] = static_cast<int32_t>(max_sel - 130 * t);  // 700, 570, 440: whole and partial chunks
+        n_sel[t] = static_cast<int32_t>(max_sel - max_sel / 6 * t);  // e.g. 700, 584, 468: whole and partial chunks
         for (int64_t j = 0; j < n_sel[t]; ++j) sel[t * max_sel + j] = static_cast<int32_t>((j * 7 + t) % cap);
       }
       const QsaCase c{q, gate, kc, vc, sel, n_sel, hd, nh, nkv, cap, max_sel, T, 0.125f};
       report_close(run_qsa_attend(*cuda, c), widen(run_qsa_attend(*ref, c)), 2e-6,
                    "qsa_attend decode hd=" + std::to_string(hd) + " G=" + std::to_string(nh / nkv) +
-                       " T=" + std::to_string(T));
+                       " T=" + std::to_string(T) + " positions " + std::to_string(max_sel));
     }
   }
 }

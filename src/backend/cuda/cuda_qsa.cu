@@ -1064,10 +1064,14 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   };
   const int64_t G = nh / nkv;
   // Splits of a selection write partials that the combine kernel merges into out (gated; in Q8_0
-  // too for the output projection when a thread takes each value of a head).
+  // too for the output projection when a thread takes each value of a head). The partials' buffers
+  // live to the end of the call: released earlier, the pool could hand one to the combine's Q8_0
+  // output while the combine still reads it.
+  Tensor part_m, part_l, part_o;
   const auto split_parts = [&](int64_t n_splits) {
     const int64_t n_parts = T * nkv * n_splits * G;
-    return AttendParts{n_splits, scratch_f32(n_parts).f32(), scratch_f32(n_parts).f32(), scratch_f32(n_parts * hd).f32()};
+    part_m = scratch_f32(n_parts), part_l = scratch_f32(n_parts), part_o = scratch_f32(n_parts * hd);
+    return AttendParts{n_splits, part_m.f32(), part_l.f32(), part_o.f32()};
   };
   const auto combine = [&](const AttendParts& parts) {
     const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
