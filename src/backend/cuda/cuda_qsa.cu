@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-
 __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
   grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1063,12 +1062,14 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     return b;
   };
   const int64_t G = nh / nkv;
-  // Splits of a selection write partials that the combine kernel merges into out (gated; in Q8_0
-  // too for the output projection when a thread takes each value of a head). The partials' buffers
-  // live to the end of the call: released earlier, the pool could hand one to the combine's Q8_0
-  // output while the combine still reads it.
+  // Splits of a selection (up to a split per chunk, about kAttendTargetBlocks blocks in all) write
+  // partials that the combine kernel merges into out (gated; in Q8_0 too for the output projection
+  // when a thread takes each value of a head). The partials' buffers live to the end of the call:
+  // released earlier, the pool could hand one to the combine's Q8_0 output while the combine still
+  // reads it.
   Tensor part_m, part_l, part_o;
-  const auto split_parts = [&](int64_t n_splits) {
+  const auto split_parts = [&](int64_t n_chunks) {
+    const int64_t n_splits = std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks);
     const int64_t n_parts = T * nkv * n_splits * G;
     part_m = scratch_f32(n_parts), part_l = scratch_f32(n_parts), part_o = scratch_f32(n_parts * hd);
     return AttendParts{n_splits, part_m.f32(), part_l.f32(), part_o.f32()};
@@ -1094,8 +1095,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     const auto run = [&](auto head_width) {
       constexpr int kHd = decltype(head_width)::value;
       if (split_mma) {
-        const int64_t n_chunks = (max_sel + kMmaChunk - 1) / kMmaChunk;
-        const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks));
+        const AttendParts parts = split_parts((max_sel + kMmaChunk - 1) / kMmaChunk);
         launch_mma_attend<kHd>(stream_, a, 0, parts);
         return combine(parts);
       }
@@ -1115,7 +1115,7 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     const int64_t per_block = (max_sel * T * nkv + kAttendMinBlocks - 1) / kAttendMinBlocks;
     const int64_t chunk = std::clamp<int64_t>((per_block + 7) / 8 * 8, 8, kAttendChunk);
     const int64_t n_chunks = std::max<int64_t>(1, (max_sel + chunk - 1) / chunk);
-    const AttendParts parts = split_parts(std::clamp<int64_t>(kAttendTargetBlocks / (T * nkv), 1, n_chunks));
+    const AttendParts parts = split_parts(n_chunks);
     size_t smem = static_cast<size_t>(G * (hd + kAttendChunk + 3) + 2 * chunk * hd) * sizeof(float);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(qsa_attend_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
