@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   // asks for row warp + r·kStepWarps, the block's 32 columns of it).
   if (const int64_t i = warp + lane * kStepWarps; lane < kRows && i < dk)
     prefetch_l2(Sh + i * dv + static_cast<int64_t>(blockIdx.y) * 32, min(static_cast<int64_t>(32), dv - 32 * static_cast<int64_t>(blockIdx.y)) * sizeof(State), 0, 1);
+  const float A = x.alpha ? x.A[h] : 0.0f, dt = x.alpha ? x.dt[h] : 0.0f;  // weights: before the wait
   grid_dependency_wait();
   double S[kRows];
 #pragma unroll
@@ -126,6 +127,10 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   const double q_scale = 1.0 / sqrt(static_cast<double>(dk));
   for (int64_t t = 0; t < T; ++t) {
     const float* row = qkv + t * C;
+    // The token's v and gate inputs load with q and k, not after the norms: one memory trip.
+    const float v_in = active ? row[2 * nk * dk + h * dv + j] : 0.0f;
+    const float gate_a = x.alpha ? x.alpha[t * nv + h] : g[t * nv + h];
+    const float gate_b = x.alpha ? x.beta_raw[t * nv + h] : beta[t * nv + h];
     for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
       q[i] = row[kh * dk + i];
       k[i] = row[nk * dk + kh * dk + i];
@@ -150,16 +155,14 @@ __global__ void __launch_bounds__(kStepWarps * 32)
       k[i] *= norm_scale[1];
     }
     __syncthreads();
-    float gt, bt;
+    float gt = gate_a, bt = gate_b;
     if (x.alpha) {
-      gdn_gate_values(x.alpha[t * nv + h], x.beta_raw[t * nv + h], x.A[h], x.dt[h], gt, bt);
+      gdn_gate_values(gate_a, gate_b, A, dt, gt, bt);
       if (blockIdx.y == 0 && threadIdx.x == 0) x.g_out[t * nv + h] = gt, x.beta_out[t * nv + h] = bt;
-    } else {
-      gt = g[t * nv + h], bt = beta[t * nv + h];
     }
     const double decay = exp(static_cast<double>(gt));
     const double b = bt;
-    const double v = active ? static_cast<double>(row[2 * nk * dk + h * dv + j]) : 0.0;
+    const double v = v_in;
     double m = 0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
