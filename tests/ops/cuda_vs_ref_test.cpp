@@ -570,8 +570,8 @@ TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
 // counts and 12 query heads per kv head: on the tensor cores (head widths 256 and 64: a split per
 // 32 positions) and by the chunk kernel (96: no tensor-core instance); then 20 per kv head, more
 // than either takes (16), which runs the kernel with a block per query head. Selections of up to
-// 250 positions at head width 256 make 8 splits, whose maxima and sums (8·12 values a kv head) are
-// as large as the Q8_0 scales the combine kernel writes: the partials must outlive the call.
+// 250 positions at head width 256 make 8 splits, whose maxima and sums (8·12 values a kv head) take
+// as many bytes as the Q8_0 scales the combine kernel writes: the partials must outlive the call.
 TEST_F(CudaVsRef, QsaAttendDecodeChunks) {
   int64_t nkv = 2, cap = 900;
   for (auto [hd, nh, max_sel] : {std::tuple<int64_t, int64_t, int64_t>{256, 24, 700}, {256, 24, 250}, {64, 24, 700},

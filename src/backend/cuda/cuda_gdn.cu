@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
   for (int64_t t = 0; t < T; ++t) {
     const float* row = qkv + t * C;
     // The token's v and gate inputs load with q and k, not after the norms: one memory trip.
-    const float v_in = active ? row[2 * nk * dk + h * dv + j] : 0.0f;
+    const double v = active ? static_cast<double>(row[2 * nk * dk + h * dv + j]) : 0.0;
     const float gate_a = x.alpha ? x.alpha[t * nv + h] : g[t * nv + h];
     const float gate_b = x.alpha ? x.beta_raw[t * nv + h] : beta[t * nv + h];
     for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
@@ -162,7 +162,6 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     }
     const double decay = exp(static_cast<double>(gt));
     const double b = bt;
-    const double v = v_in;
     double m = 0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
