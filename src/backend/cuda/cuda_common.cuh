@@ -136,6 +136,23 @@ __device__ __forceinline__ double block_inv_rms(const float* x, int64_t n, float
   return 1.0 / sqrt(ss / n + static_cast<double>(eps));
 }
 
+// Counts the calling block (every thread calls) as one of `blocks` finished on *counter and returns
+// to every thread whether it was the last; the last block sees what the others wrote before they
+// counted and sets the counter back to zero. One thread fences, after the barrier that orders the
+// block's writes before it, and again after the count, as cooperative groups' grid sync does.
+__device__ __forceinline__ bool last_block_to_finish(unsigned* counter, unsigned blocks) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1u) == blocks - 1;
+    __threadfence();
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
 template <typename T>
 __device__ T block_max(T v) {
   __shared__ T partial[32];

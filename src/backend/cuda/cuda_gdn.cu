@@ -195,24 +195,18 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     }
     __syncthreads();  // q, k and part are rewritten for the next token
   }
+  // The count comes before the state's stores, so that its fence waits only for the outputs.
+  const bool norms = x.normed && last_block_to_finish(x.done + h, gridDim.y);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = warp + r * kStepWarps;
     if (active && i < dk) store_state(Sh + i * dv + j, S[r]);
   }
-  if (!x.normed) return;
-  __threadfence();  // this block's outputs are visible before it counts as done
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(x.done + h, 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!norms) return;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t o = t * nv * dv + h * dv;
     gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o, x.normed_q8, o / 32);
   }
-  if (threadIdx.x == 0) x.done[h] = 0;
 }
 
 // One block per group; q8 as gated_norm_group's.
