@@ -30,6 +30,7 @@ class CudaVsRef : public ::testing::Test {
   std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
   void expect_products(const OwnedWeight& w, const std::vector<float>& x, int64_t T, const std::vector<float>& got,
                        const std::vector<float>& got_exact, const std::string& what);
+  void check_moe_ffn_decode(int64_t E, int64_t F);
   std::unique_ptr<Backend> cuda, ref;
   std::unique_ptr<Backend> cuda_exact;  // products of quantized weights on FP32 activations
 };
@@ -640,12 +641,17 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 
 // moe_ffn for a few tokens: the shared expert rides in the fused decode kernels as one more slot,
 // in types of its own (Q8_0 gate/up and BF16 down beside Q4_K / Q8_0 routed experts), against
-// the reference's op-by-op composition. The router runs with the routing in one kernel when it
-// shares the shared-expert gate's type (F32), else as a product and moe_route (BF16). Exact
-// products against the reference; the default (int8 gate/up activations, quantized by the router
-// kernel or beside it) within the bound of their rounding, for the routing it chose.
+// the reference's op-by-op composition. The router is one kernel when it shares the shared-expert
+// gate's type (F32), else a product (BF16); the gate/up kernel routes from its logits up to 512
+// experts (6: two logits a lane, 100: sixteen), moe_route beyond (520). Exact products against the
+// reference; the default (int8 gate/up activations, quantized by the router kernel or beside it)
+// within the bound of their rounding, for the routing it chose.
 TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
-  int64_t E = 6, k = 3, H = 512, F = 160;
+  for (int64_t E : {6, 100, 520}) check_moe_ffn_decode(E, E > 6 ? 32 : 160);
+}
+
+void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {
+  int64_t k = 3, H = 512;
   auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 201, 0.1f));
   auto wu = make_weight("up", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 202, 0.1f));
   auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 203, 0.1f));
@@ -668,7 +674,8 @@ TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
         logits[i] = be->read_f32(tl);
         ++i;
       }
-      std::string what = "moe_ffn router " + std::string(type_name(router_type)) + " T=" + std::to_string(T);
+      std::string what = "moe_ffn E=" + std::to_string(E) + " router " + std::string(type_name(router_type)) +
+                         " T=" + std::to_string(T);
       report_close(logits[0], widen(logits[1]), matmul_tolerance(H), what + " logits");
       report_close(out[0], widen(out[1]), matmul_tolerance(H + F), what);
       Tensor ids = ref->alloc(DType::I32, {k, T, 1, 1}), w = ref->alloc_f32(k, T);

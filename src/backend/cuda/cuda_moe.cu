@@ -53,47 +53,64 @@ __device__ __forceinline__ float from_order_key(unsigned key) {
   return __uint_as_float(key & 0x80000000u ? key & 0x7fffffffu : ~key);
 }
 
-// One warp routes one token: top k by logit (softmax is monotone), equal logits to the lower id;
-// softmax sums in FP64. The warp holds the E <= 32·kPerLane logits in registers (lane l has
-// experts l, l + 32, ...; `load` reads them once, so a caller can bypass L1), so that each of the
-// k picks is a pass over registers and two warp reductions, not over memory.
-template <int kPerLane, typename Load>
-__device__ void route_token(Load load, int64_t E, int64_t k, int32_t* ids, float* weights) {
-  const int lane = threadIdx.x % 32;
+// A warp's view of one token's E <= 32·kPerLane router logits, in registers: lane l holds experts
+// l, l + 32, ... (`load` reads each once, so a caller can bypass L1), so that each pick is a pass
+// over registers and two warp reductions, not over memory.
+template <int kPerLane>
+struct WarpLogits {
   float v[kPerLane];
+  int64_t E;
+  template <typename Load>
+  __device__ WarpLogits(Load load, int64_t n_experts) : E(n_experts) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) v[i] = lane + 32 * i < E ? load(lane + 32 * i) : -INFINITY;
+  }
+  // The top n experts by logit (softmax is monotone), equal logits to the lower id, in order:
+  // on_pick(j, expert, logit) in every lane for j = 0 .. n-1.
+  template <typename OnPick>
+  __device__ void pick(int64_t n, OnPick on_pick) const {
+    const int lane = threadIdx.x % 32;
+    uint64_t taken = 0;  // bit i: expert lane + 32i is already picked
+    for (int64_t j = 0; j < n; ++j) {
+      float best_l = -INFINITY;
+      int best_e = -1;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const bool open = lane + 32 * i < E && !(taken >> i & 1u);
+        if (open && (best_e < 0 || v[i] > best_l)) best_l = v[i], best_e = lane + 32 * i;
+      }
+      // Two warp reductions: the largest logit's key, then the lowest expert holding it. They
+      // replaced five rounds of two shuffles and a select: routing at decode 12.0 -> 9.9 µs a call
+      // in the profile, decode 193.8 -> 197.5 tok/s on an H200.
+      const unsigned key = best_e < 0 ? 0u : order_key(best_l);
+      const unsigned top = __reduce_max_sync(0xffffffffu, key);
+      const unsigned e = __reduce_min_sync(0xffffffffu, best_e >= 0 && key == top ? static_cast<unsigned>(best_e) : ~0u);
+      best_e = e == ~0u ? -1 : static_cast<int>(e);
+      if (best_e % 32 == lane) taken |= uint64_t{1} << (best_e / 32);
+      on_pick(j, best_e, best_e < 0 ? -INFINITY : from_order_key(top));
+    }
+  }
+};
+
+// One warp routes one token: the top k experts (ids) and their softmax probabilities renormalised
+// over the k (weights); the softmax sums in FP64.
+template <int kPerLane>
+__device__ void route_token(const WarpLogits<kPerLane>& logits, int64_t k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
   float mxf = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    v[i] = lane + 32 * i < E ? load(lane + 32 * i) : -INFINITY;
-    mxf = fmaxf(mxf, v[i]);
-  }
+  for (int i = 0; i < kPerLane; ++i) mxf = fmaxf(mxf, logits.v[i]);
   const double mx = warp_max(mxf);
   double sum = 0;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if (lane + 32 * i < E) sum += exp(static_cast<double>(v[i]) - mx);
+    if (lane + 32 * i < logits.E) sum += exp(static_cast<double>(logits.v[i]) - mx);
   sum = warp_sum(sum);
-  uint64_t taken = 0;  // bit i: expert lane + 32i is already picked
-  for (int64_t j = 0; j < k; ++j) {
-    float best_l = -INFINITY;
-    int best_e = -1;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const bool open = lane + 32 * i < E && !(taken >> i & 1u);
-      if (open && (best_e < 0 || v[i] > best_l)) best_l = v[i], best_e = lane + 32 * i;
-    }
-    // Two warp reductions: the largest logit's key, then the lowest expert holding it. They
-    // replaced five rounds of two shuffles and a select: routing at decode 12.0 -> 9.9 µs a call in
-    // the profile, decode 193.8 -> 197.5 tok/s on an H200.
-    const unsigned key = best_e < 0 ? 0u : order_key(best_l);
-    const unsigned top = __reduce_max_sync(0xffffffffu, key);
-    const unsigned pick = __reduce_min_sync(0xffffffffu, best_e >= 0 && key == top ? static_cast<unsigned>(best_e) : ~0u);
-    best_e = pick == ~0u ? -1 : static_cast<int>(pick);
-    best_l = best_e < 0 ? -INFINITY : from_order_key(top);
-    if (best_e % 32 == lane) taken |= uint64_t{1} << (best_e / 32);
-    // The pick's logit waits in weights[j] for the final normalisation.
-    if (lane == 0) ids[j] = best_e, weights[j] = best_l;
-  }
+  // The pick's logit waits in weights[j] for the final normalisation.
+  logits.pick(k, [&](int64_t j, int e, float l) {
+    if (lane == 0) ids[j] = e, weights[j] = l;
+  });
   __syncwarp();  // lane 0's logits are read by every lane
   // The picks' probabilities, a lane each, summed in pick order (as the reference sums them): the
   // exponentials run side by side rather than one after another on the critical path.
@@ -114,7 +131,7 @@ __global__ void moe_route_kernel(const float* logits, int64_t E, int64_t T, int6
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (t >= T) return;
   const float* l = logits + t * E;
-  route_token<kPerLane>([=](int64_t e) { return l[e]; }, E, k, ids + t * k, weights + t * k);
+  route_token(WarpLogits<kPerLane>([=](int64_t e) { return l[e]; }, E), k, ids + t * k, weights + t * k);
 }
 
 // fn(std::integral_constant<int, kPerLane>) with route_token's logits per lane for E experts: 2,
@@ -129,16 +146,13 @@ void with_logits_per_lane(int64_t E, Fn&& fn) {
 }
 
 // Decode: rows n0 .. n0+R-1 (n0 = R·blockIdx.x) of [router; shared gate] times x for T <= TB
-// tokens, giving the logits [E, T] and the shared expert's gate logit s [T]; the block that
-// finishes last then routes every token (ids, weights [k, T]) and re-arms *finished for the next
-// call. Two launches become one. The others quantize x to the targets set for the expert kernels
-// meanwhile: before their rows, that work held up the routing (H200, paired, with x's Q8_0 codes
-// taken from the HC kernel that wrote x rather than formed again: decode +1.0%).
-template <int R, int TB, int kPerLane>
+// tokens, giving the logits [E, T] and the shared expert's gate logit s [T]; the routing itself is
+// left to the expert kernels' blocks (expert_gate_up_kernel). The blocks past the rows quantize x
+// to the targets set for the expert kernels (a Q8_K block or a Q8_0 chunk a warp), beside the rows.
+template <int R, int TB>
 __global__ void __launch_bounds__(128)
     moe_router_kernel(SlotMatrix router, SlotMatrix gate_inp, int64_t K, int64_t E, const float* __restrict__ x, int T,
-                      int64_t k, float* logits, float* s, int32_t* ids, float* weights, unsigned* finished,
-                      QuantizeTarget q8_0, QuantizeTarget q8_k) {
+                      float* logits, float* s, QuantizeTarget q8_0, QuantizeTarget q8_k) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * R;
   const uint8_t* rows[R];
 #pragma unroll
@@ -147,28 +161,10 @@ __global__ void __launch_bounds__(128)
     if (rows[r]) prefetch_l2(rows[r], router.pitch);
   }
   grid_dependency_wait();
-  float acc[R][TB] = {};
-  dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc); });
-  float sums[R * TB];
-  block_reduce_rows(acc, sums);
-  __shared__ unsigned ticket;  // the block's place in finishing order
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) {
-        if (n0 + r < E) logits[t * E + n0 + r] = sums[r * TB + t];
-        if (n0 + r == E) s[t] = sums[r * TB + t];
-      }
-    __threadfence();  // the logits are visible before this block counts as finished
-    ticket = atomicAdd(finished, 1u);
-  }
-  __syncthreads();
-  if (ticket != gridDim.x - 1) {  // E + 1 >= 2 blocks: someone is left to quantize
-    // The expert kernels read x's codes only after this kernel ends, so the blocks that finish
-    // before the last quantize x (a Q8_K block or a Q8_0 chunk a warp) while it routes.
+  if (n0 > E) {
     const int64_t n_k = q8_k.codes ? T * K / 256 : 0, n_0 = q8_0.codes ? T * K / 32 : 0;
-    const int64_t warps = blockDim.x / 32;
-    for (int64_t w = ticket * warps + threadIdx.x / 32; w < n_k + n_0; w += (gridDim.x - 1) * warps) {
+    const int64_t warps = blockDim.x / 32, row_blocks = E / R + 1;
+    for (int64_t w = (blockIdx.x - row_blocks) * warps + threadIdx.x / 32; w < n_k + n_0; w += (gridDim.x - row_blocks) * warps) {
       if (w < n_k)
         quantize_q8_k_block(x, w, q8_k.codes, q8_k.scales);
       else
@@ -176,12 +172,17 @@ __global__ void __launch_bounds__(128)
     }
     return;
   }
-  __threadfence();
-  for (int t = threadIdx.x / 32; t < T; t += blockDim.x / 32) {
-    const float* l = logits + t * E;
-    route_token<kPerLane>([=](int64_t e) { return __ldcg(l + e); }, E, k, ids + t * k, weights + t * k);
-  }
-  if (threadIdx.x == 0) *finished = 0;
+  float acc[R][TB] = {};
+  dispatch_unit(router.type, [&](auto unit) { gemv_accumulate<decltype(unit), R, TB>(rows, K, FloatX{x, K}, T, threadIdx.x, blockDim.x, acc); });
+  float sums[R * TB];
+  block_reduce_rows(acc, sums);
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      if (n0 + r < E) logits[t * E + n0 + r] = sums[r * TB + t];
+      if (n0 + r == E) s[t] = sums[r * TB + t];
+    }
 }
 
 // out[pair][n] = W_e[n]·x, pair = t·k + j, e = ids[pair]; x is per token (x_per_pair false) or
@@ -273,7 +274,43 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
   }
 }
 
-// Decode, fused: h[pair][n] = silu(gate[n]·x) · up[n]·x for pair blockIdx.y = t·slots + j (slot j
+// Where the expert kernels find token t's k routed experts: ids and weights [T][k] as given, or,
+// with logits set (the router's, [T][E]), picked by the gate/up kernel, whose blocks each find
+// their slot's expert; the first block of each token's last routed slot picks all k anyway, and
+// writes ids and weights for the down kernel. The router kernel then ends with its rows: no block
+// of it waits for the others to finish in order to route. H200, paired, three rounds: decode 236.6
+// -> 244.0 tok/s (medians); a call's chain share, router 6.6 -> 2.9 µs, gate/up 10.4 -> 12.4.
+struct SlotRouting {
+  int32_t* ids;
+  float* weights;
+  const float* logits;  // null: ids and weights are given
+};
+
+// Slot j's expert for token t, in every thread of the block (-1 for the shared slot j == k).
+template <int kPerLane>
+__device__ int64_t slot_expert(const SlotRouting& routing, int64_t E, int64_t k, int64_t t, int64_t j) {
+  if constexpr (kPerLane == 0) {
+    return j < k ? routing.ids[t * k + j] : -1;
+  } else {
+    __shared__ int32_t picked;
+    if (j < k && threadIdx.x < 32) {
+      const float* l = routing.logits + t * E;
+      const WarpLogits<kPerLane> logits([=](int64_t i) { return l[i]; }, E);
+      if (blockIdx.x == 0 && j == k - 1) {
+        route_token(logits, k, routing.ids + t * k, routing.weights + t * k);
+        if (threadIdx.x == 0) picked = routing.ids[t * k + j];  // lane 0 wrote it
+      } else {
+        logits.pick(j + 1, [&](int64_t i, int e, float) {
+          if (i == j && threadIdx.x == 0) picked = e;
+        });
+      }
+    }
+    __syncthreads();
+    return j < k ? picked : -1;
+  }
+}
+
+// Decode, fused: h[pair][n] = silu(gate[n]·x) · up[n]·x for pair = t·slots + j (slot j
 // of token t; x its input), a warp per row n: the gate and up rows share each lane's activations.
 // A routed slot with an invalid id gets zeros. A warp per row (a row of K = 2560 gives each lane 5
 // units) decoded 7% faster on an H200 than two rows per 128-thread block, which left three
@@ -282,12 +319,18 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
 // 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
 // an int8 unit reads x8 when it holds x in that unit's format, else x; Q4_K rows on Q8_K x take
 // q4k_row_pair_dots instead of the units (decode 221.1 -> 225.4 tok/s on an H200).
+// With kPerLane > 0 the block routes its slot itself from the router's logits (slot_expert).
 constexpr int kGateUpWarps = 4;  // a warp a row pair
+template <int kPerLane>
 __global__ void __launch_bounds__(32 * kGateUpWarps, 8)
-    expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E,
-                          const int32_t* __restrict__ ids, int64_t k, const float* __restrict__ x, ExpertX8 x8,
-                          float* __restrict__ h) {
-  const int64_t slots = k + (gate.shared.data ? 1 : 0), pair = blockIdx.y, t = pair / slots, j = pair % slots;
+    expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E, SlotRouting routing,
+                          int64_t k, const float* __restrict__ x, ExpertX8 x8, float* __restrict__ h) {
+  // Slots run last to first (blockIdx.y = t·slots + slots-1-j): the blocks that start first (in
+  // index order) take the shared slot, which does not route, and the slots that pick the most
+  // experts, so that the second wave of blocks holds the quickest routing. Slots first to last,
+  // the gate/up kernel took 14.5 µs a call, not 12.4 (H200).
+  const int64_t slots = k + (gate.shared.data ? 1 : 0), t = blockIdx.y / slots, j = slots - 1 - blockIdx.y % slots;
+  const int64_t pair = t * slots + j;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kGateUpWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j == k && n < F) {  // the shared expert's rows do not wait for the routing
@@ -295,7 +338,7 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 8)
     prefetch_l2(slot_row(up, j, k, -1, E, F, n), up.shared.pitch, lane, 32);
   }
   grid_dependency_wait();
-  const int64_t e = j < k ? ids[t * k + j] : -1;
+  const int64_t e = slot_expert<kPerLane>(routing, E, k, t, j);
   const bool valid = j == k || (e >= 0 && e < E);  // the same for the whole block
   const bool live = valid && n < F;  // warps past F only join the barrier below
   const uint8_t* rows[2] = {live ? slot_row(gate, j, k, e, E, F, n) : nullptr,
@@ -624,18 +667,33 @@ bool fits_decode_kernels(const DeviceMatrix& g, const DeviceMatrix& u, const Dev
   return g.type == u.type && g.row_bytes == u.row_bytes && has_unit_loader(g.type, H) && has_unit_loader(d.type, F);
 }
 
-// The two fused decode kernels over T tokens: routed slots from ids/weights and, when sg is not
-// null, the shared expert (sg, su, sd) as one more slot gated by sigmoid(shared_logit).
+// The largest expert count the gate/up kernel routes itself: 16 logits a lane in registers.
+constexpr int64_t kMaxExpertsRoutedInGateUp = 512;
+
+// The two fused decode kernels over T tokens: routed slots by `routing` and, when sg is not null,
+// the shared expert (sg, su, sd) as one more slot gated by sigmoid(shared_logit).
 void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix& mu, const DeviceMatrix& md,
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
-                int64_t E, int64_t T, const int32_t* ids, const float* weights, int64_t k, const float* shared_logit,
+                int64_t E, int64_t T, const SlotRouting& routing, int64_t k, const float* shared_logit,
                 const float* x, const ExpertX8& x8, float* h, float* out) {
   // Down: four rows per block.
   constexpr int kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
-  launch(stream, "expert_gate_up_kernel", expert_gate_up_kernel, dim3(blocks_for(F, kGateUpWarps), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, ids, k, x, x8, h);
+  const auto gate_up = [&](auto kernel) {
+    launch(stream, "expert_gate_up_kernel", kernel, dim3(blocks_for(F, kGateUpWarps), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, routing, k, x, x8, h);
+  };
+  if (!routing.logits)
+    gate_up(expert_gate_up_kernel<0>);
+  else if (E <= 64)
+    gate_up(expert_gate_up_kernel<2>);
+  else if (E <= kMaxExpertsRoutedInGateUp)
+    gate_up(expert_gate_up_kernel<16>);
+  else
+    fail("cuda moe: ", E, " experts are too many to route in the gate/up kernel");
+  const int32_t* ids = routing.ids;
+  const float* weights = routing.weights;
   const dim3 down_grid(blocks_for(H, kDownRows), static_cast<unsigned>(T));
   const int down_threads = gemv_threads(slots * (F / kUnit));
   if (!sd || sd->type == md.type) {
@@ -754,7 +812,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   if (T <= kMatvecMaxTokens && fits_decode_kernels(mg, mu, md, H, F)) {
     Tensor h = scratch_f32(pairs * F);
     const ExpertX8Buffers x8 = expert_x8(*this, {mg.type}, a.x->f32(), T, H, true);
-    moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, a.ids->i32(), a.weights->f32(), k, nullptr,
+    moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, {a.ids->i32(), a.weights->f32(), nullptr}, k, nullptr,
                a.x->f32(), x8.view(), h.f32(), a.out->f32());
     return;
   }
@@ -795,8 +853,8 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const DeviceMatrix &mg = matrix(*a.gate_exps), &mu = matrix(*a.up_exps), &md = matrix(*a.down_exps);
   const DeviceMatrix &sg = matrix(*a.shared_gate), &su = matrix(*a.shared_up), &sd = matrix(*a.shared_down);
   if (!fits_decode_kernels(mg, mu, md, H, F) || !fits_decode_kernels(sg, su, sd, H, F)) return Backend::moe_ffn(a);
-  // Decode: router, shared-expert gate and routing in one kernel, then the routed experts and the
-  // shared one together in the two fused kernels: three launches.
+  // Decode: router and shared-expert gate in one kernel, then the routed experts and the shared one
+  // together in the two fused kernels, the first of which routes: three launches.
   OpScope scope(profiler_, "moe_ffn", T, stream_);
   Tensor s = output_f32(1, T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
   Tensor h = scratch_f32((k + 1) * T * F);
@@ -807,19 +865,21 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const QuantizedActivations* x_q8_0 = q8_input(*a.x);
   ExpertX8Buffers x8 = expert_x8(*this, {mg.type, sg.type}, a.x->f32(), T, H, !router_kernel, x_q8_0);
   if (router_kernel) {
-    with_logits_per_lane(E, [&](auto per_lane) {
-      constexpr int kPerLane = decltype(per_lane)::value;
-      auto* kernel = T == 1 ? moe_router_kernel<1, 1, kPerLane> : moe_router_kernel<1, kMatvecMaxTokens, kPerLane>;
-      launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(E + 1), gemv_threads(H / kUnit), 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), k, a.logits->f32(), s.f32(), ids.i32(), weights.f32(), counters(1), x_q8_0 ? QuantizeTarget{} : x8.q8_0.target(), x8.q8_k.target());
-    });
+    const QuantizeTarget q8_0 = x_q8_0 ? QuantizeTarget{} : x8.q8_0.target(), q8_k = x8.q8_k.target();
+    const int threads = gemv_threads(H / kUnit);
+    const int64_t quantize_warps = (q8_k.codes ? T * H / 256 : 0) + (q8_0.codes ? T * H / 32 : 0);
+    const int64_t blocks = E + 1 + (quantize_warps + threads / 32 - 1) / (threads / 32);
+    auto* kernel = T == 1 ? moe_router_kernel<1, 1> : moe_router_kernel<1, kMatvecMaxTokens>;
+    launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(blocks), threads, 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), a.logits->f32(), s.f32(), q8_0, q8_k);
   } else {
     const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
     const std::array<Tensor*, 2> outs{a.logits, &s};
     mul_mat_shared_input(ws, *a.x, outs);
-    moe_route(*a.logits, k, ids, weights);
   }
-  moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, ids.i32(), weights.f32(), k, s.f32(), a.x->f32(), x8.view(),
-             h.f32(), a.out->f32());
+  const bool route_in_gate_up = E <= kMaxExpertsRoutedInGateUp;
+  if (!route_in_gate_up) moe_route(*a.logits, k, ids, weights);
+  moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, {ids.i32(), weights.f32(), route_in_gate_up ? a.logits->f32() : nullptr},
+             k, s.f32(), a.x->f32(), x8.view(), h.f32(), a.out->f32());
 }
 
 }  // namespace regolith::cuda
