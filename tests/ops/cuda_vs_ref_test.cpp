@@ -647,7 +647,7 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 // reference; the default (int8 gate/up activations, quantized by the router kernel or beside it)
 // within the bound of their rounding, for the routing it chose.
 TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
-  for (int64_t E : {6, 100, 520}) check_moe_ffn_decode(E, E > 6 ? 32 : 160);
+  for (int64_t E : {6, 100, 520}) check_moe_ffn_decode(E, E > 6 ? 32 : 160);  // many experts: narrow ones
 }
 
 void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {

@@ -692,16 +692,14 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
     gate_up(expert_gate_up_kernel<16>);
   else
     fail("cuda moe: ", E, " experts are too many to route in the gate/up kernel");
-  const int32_t* ids = routing.ids;
-  const float* weights = routing.weights;
   const dim3 down_grid(blocks_for(H, kDownRows), static_cast<unsigned>(T));
   const int down_threads = gemv_threads(slots * (F / kUnit));
   if (!sd || sd->type == md.type) {
     dispatch_unit(md.type, [&](auto unit) {
-      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2>, down_grid, down_threads, 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
+      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h, out);
     });
   } else {
-    launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, down_grid, down_threads, 0, down, F, H, E, ids, weights, k, shared_logit, h, out);
+    launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h, out);
   }
 }
 
