@@ -104,28 +104,72 @@ __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* i
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) rope_pair(out, i, half, inv_freq[i], b * ratio);
 }
 
-// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64 (the float products are exact there; the
-// lanes' partial sums meet in a warp reduction, an order other than the reference's loop, as the
-// CPU backend's vector dot also sums).
-__global__ void qsa_score_kernel(const float* iq, const float* pooled, const int64_t* positions, int64_t d, int64_t nh,
-                                 int64_t ratio, int64_t nb_max, double* scores) {
+// scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64, for a few tokens (decode). Four threads
+// (a quad) a pooled block: the quad reads the key row in 64-byte steps, each thread issuing all
+// its loads before the first product (one memory trip a row), against its token's queries staged
+// as doubles in shared memory. Each thread's part is summed in index order, the four parts meet
+// in two shuffles, the same order for every block, so equal rows give equal scores. (A warp a
+// block, with a double shuffle reduction per head, was instruction-bound at 32K context; a thread
+// a block waited a memory trip for each of its loads.)
+constexpr int kScoreQuad = 4;
+constexpr int kScoreQuadThreads = 256;  // 64 blocks: 8,192 blocks at 32K context take 128 SMs
+constexpr int kScoreQuadVec = 8;        // float4 loads a thread holds: rows up to 128 values
+constexpr int kScoreHeads = 4;          // heads summed together per pass over the key row
+
+__global__ void __launch_bounds__(kScoreQuadThreads)
+    qsa_score_quad_kernel(const float* __restrict__ iq, const float* __restrict__ pooled,
+                          const int64_t* __restrict__ positions, int64_t d, int64_t nh, int64_t ratio,
+                          int64_t nb_max, double* __restrict__ scores) {
+  extern __shared__ double q_rows[];  // [nh][d]
   grid_dependency_wait();
-  // A warp per pooled block, its lanes reading the key row together (was a thread per block, each
-  // reading its own row one value at a time).
-  const int lane = threadIdx.x % 32;
-  const int64_t b = static_cast<int64_t>(blockIdx.y) * (blockDim.x / 32) + threadIdx.x / 32, t = blockIdx.x;
+  const int64_t t = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < nh * d; i += blockDim.x) q_rows[i] = iq[t * nh * d + i];
+  __syncthreads();
   const int64_t nb = (positions[t] + 1) / ratio;
+  const int part = threadIdx.x % kScoreQuad;
+  const int64_t b = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kScoreQuad;
+  // Whole quads leave together, so the shuffles below see all four threads.
   if (b >= nb) return;
   const float* kb = pooled + b * d;
-  double s = 0;
-  for (int64_t h = 0; h < nh; ++h) {
-    const float* q = iq + (t * nh + h) * d;
-    double dot = 0;
-    for (int64_t i = lane; i < d; i += 32) dot += static_cast<double>(q[i]) * kb[i];
-    dot = warp_sum(dot);
-    s += 0.0 < dot ? dot : 0.0;
+  const int64_t n_vec = d / (4 * kScoreQuad);
+  const bool by_vec = d % (4 * kScoreQuad) == 0 && n_vec <= kScoreQuadVec &&
+                      reinterpret_cast<uintptr_t>(pooled) % 16 == 0;
+  float4 k4[kScoreQuadVec];
+  if (by_vec) {
+#pragma unroll
+    for (int m = 0; m < kScoreQuadVec; ++m)
+      if (m < n_vec) k4[m] = *reinterpret_cast<const float4*>(kb + 4 * (kScoreQuad * m + part));
   }
-  if (lane == 0) scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
+  double s = 0;
+  for (int64_t h0 = 0; h0 < nh; h0 += kScoreHeads) {
+    const int heads = static_cast<int>(min(static_cast<int64_t>(kScoreHeads), nh - h0));
+    const double* q = q_rows + h0 * d;
+    double dot[kScoreHeads] = {};
+    const auto add = [&](int64_t i, float kf) {
+      const double k = kf;
+#pragma unroll
+      for (int j = 0; j < kScoreHeads; ++j)
+        if (j < heads) dot[j] = fma(q[j * d + i], k, dot[j]);
+    };
+    if (by_vec) {
+#pragma unroll
+      for (int m = 0; m < kScoreQuadVec; ++m)
+        if (m < n_vec) {
+          const int64_t i = 4 * (kScoreQuad * m + part);
+          add(i, k4[m].x), add(i + 1, k4[m].y), add(i + 2, k4[m].z), add(i + 3, k4[m].w);
+        }
+    } else {
+      for (int64_t i = part; i < d; i += kScoreQuad) add(i, kb[i]);
+    }
+    const unsigned quad_mask = 0xFu << (threadIdx.x % 32 / kScoreQuad * kScoreQuad);
+#pragma unroll
+    for (int j = 0; j < kScoreHeads; ++j) {
+      dot[j] += __shfl_xor_sync(quad_mask, dot[j], 1);
+      dot[j] += __shfl_xor_sync(quad_mask, dot[j], 2);
+      if (j < heads) s += 0.0 < dot[j] ? dot[j] : 0.0;
+    }
+  }
+  if (part == 0) scores[t * nb_max + b] = s / sqrt(static_cast<double>(d));
 }
 
 // The same scores for many tokens, as a tiled product: a block of 256 threads scores a tile of
@@ -1025,8 +1069,10 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
     const dim3 grid(blocks_for(n_scored, kScoreTile), blocks_for(nb_max, kScoreTile));
     launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, iq, a.pooled->f32(), pos_d + t0, n_scored, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   } else if (nb_max > 0 && n_scored > 0) {
-    dim3 grid(static_cast<unsigned>(n_scored), blocks_for(nb_max, kThreads / 32));
-    launch(stream_, "qsa_score_kernel", qsa_score_kernel, grid, kThreads, 0, iq, a.pooled->f32(), pos_d + t0, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
+    const dim3 grid(static_cast<unsigned>(n_scored), blocks_for(nb_max, kScoreQuadThreads / kScoreQuad));
+    const size_t q_bytes = static_cast<size_t>(nh * d) * sizeof(double);
+    if (q_bytes > 48 * 1024) fail("qsa_select: ", nh, " indexer heads of ", d, " values exceed the score kernel's shared memory");
+    launch(stream_, "qsa_score_quad_kernel", qsa_score_quad_kernel, grid, kScoreQuadThreads, q_bytes, iq, a.pooled->f32(), pos_d + t0, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   }
   const size_t key_bytes = nb_max <= kChooseSharedKeys ? static_cast<size_t>(nb_max) * sizeof(uint64_t) : 0;
   [[maybe_unused]] static const bool shared_ready = [] {
