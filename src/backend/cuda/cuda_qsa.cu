@@ -1,8 +1,8 @@
 // CUDA QSA (model-spec §4.5): q/gate split, pooled block keys, block selection, gated attention.
 // Selection must choose exactly the blocks the reference chooses (backend/qsa_topk.h): scores are
-// computed in FP64 in the reference's order, so equal inputs give bit-equal scores, and the top k
-// are found by an exact radix select on the scores' bits with equal scores going to the lower
-// block index.
+// FP64 sums in one fixed order per kernel (prefill's tiles in the reference's own), so equal
+// inputs give bit-equal scores, and the top k are found by an exact radix select on the scores'
+// bits with equal scores going to the lower block index.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
