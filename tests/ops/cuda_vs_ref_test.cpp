@@ -133,9 +133,10 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
 // Pooled keys written directly: 300 blocks, a third of them zero (score exactly 0 after the relu)
 // and pairs of equal rows (equal positive scores). A few tokens (decode's quad of threads a block:
 // d = 16 read as vectors, d = 40 a value at a time) and 150 (prefill's tiles of 64 tokens × 64
-// blocks; d = 40 is not a multiple of the tiles' 32-value slices). Then 2,600 blocks, so that each thread of the selection kernel takes a run of three
-// blocks or fewer and the ties at the threshold fall in many runs; then 17,600, more than the
-// selection kernel holds in shared memory (it reads them from global memory on each pass).
+// blocks; d = 40 is not a multiple of the tiles' 32-value slices). Then 2,600 blocks, so that each
+// thread of the selection kernel takes a run of three blocks or fewer and the ties at the
+// threshold fall in many runs; then 17,600, more than the selection kernel holds in shared memory
+// (it reads them from global memory on each pass).
 TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
   const int64_t nh = 3, ratio = 4;
   std::vector<int64_t> many;
