@@ -136,16 +136,36 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
 // blocks; d = 40 is not a multiple of the tiles' 32-value slices). Then 2,600 blocks, so that each
 // thread of the selection kernel takes a run of three blocks or fewer and the ties at the
 // threshold fall in many runs; then 17,600, more than the selection kernel holds in shared memory
-// (it reads them from global memory on each pass).
+// (it reads them from global memory on each pass). Then rows of other shapes, for the selection
+// kernel's rounds of buckets: scores over 40 binades (rows scaled by powers of two), three score
+// values only (the count reaches k inside a group of 867 equal keys: rounds down to one key value),
+// and every score equal.
+enum class PooledShape { ZerosAndPairs, Binades, ThreeRows, OneRow };
+
 TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
   const int64_t nh = 3, ratio = 4;
   std::vector<int64_t> many;
   for (int64_t t = 0; t < 150; ++t) many.push_back(t * 8 + t % 5);
-  auto check = [&](const std::vector<int64_t>& pos, int64_t d, int64_t nb, const std::vector<int64_t>& tops) {
+  auto check = [&](const std::vector<int64_t>& pos, int64_t d, int64_t nb, const std::vector<int64_t>& tops,
+                   PooledShape shape = PooledShape::ZerosAndPairs) {
     auto pooled_v = random_values(d * nb, 70);
     for (int64_t b = 0; b < nb; ++b) {
-      if (b % 3 == 1) std::fill(pooled_v.begin() + b * d, pooled_v.begin() + (b + 1) * d, 0.0f);
-      if (b % 7 == 5) std::copy(pooled_v.begin() + (b - 1) * d, pooled_v.begin() + b * d, pooled_v.begin() + b * d);
+      float* row = pooled_v.data() + b * d;
+      switch (shape) {
+        case PooledShape::ZerosAndPairs:
+          if (b % 3 == 1) std::fill(row, row + d, 0.0f);
+          if (b % 7 == 5) std::copy(row - d, row, row);
+          break;
+        case PooledShape::Binades:
+          for (int64_t i = 0; i < d; ++i) row[i] = std::ldexp(row[i], -static_cast<int>(b % 40));
+          break;
+        case PooledShape::ThreeRows:
+          if (b >= 3) std::copy(row - 3 * d, row - 2 * d, row);
+          break;
+        case PooledShape::OneRow:
+          if (b >= 1) std::copy(row - d, row, row);
+          break;
+      }
     }
     const int64_t T = static_cast<int64_t>(pos.size());
     for (int64_t top : tops) {
@@ -172,6 +192,9 @@ TEST_F(CudaVsRef, QsaSelectionIdenticalWithTies) {
   check(many, 40, 300, tops);
   check({2051, 4100, 7003, 10398, 10399, 10402}, 16, 2600, {1, 37, 512, 1500, 2599});
   check({30000, 66000, 70003}, 16, 17600, {1, 512, 17000});
+  check({10398, 10402}, 16, 2600, {1, 37, 512, 1500}, PooledShape::Binades);
+  check({10398, 10402}, 16, 2600, {1, 37, 512, 1000, 1500}, PooledShape::ThreeRows);
+  check({10398, 10402}, 16, 2600, {1, 512}, PooledShape::OneRow);
 }
 
 TEST_F(CudaVsRef, GdnPartialWarpAndLongScan) {

@@ -1,8 +1,8 @@
 // CUDA QSA (model-spec §4.5): q/gate split, pooled block keys, block selection, gated attention.
 // Selection must choose exactly the blocks the reference chooses (backend/qsa_topk.h): scores are
 // FP64 sums in one fixed order per kernel (prefill's tiles in the reference's own), so equal
-// inputs give bit-equal scores, and the top k are found by an exact radix select on the scores'
-// bits with equal scores going to the lower block index.
+// inputs give bit-equal scores, and the top k are found exactly by counting the scores' bits into
+// buckets, with equal scores going to the lower block index.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -246,10 +246,21 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 }
 
 // One block per query row: the top k blocks (ties to the lower index), ascending, then the tail.
-// Decode has one row, so the block is as wide as a block gets: at 32K context each pass reads the
-// row's 8,192 scores. Rows of up to kChooseSharedKeys blocks are read once, as keys, into shared
-// memory (every pass read them from L2 again, and each trip held up the pass).
-constexpr int kChooseThreads = 1024;
+// Decode has one row, so the block is as wide as a block gets: at 32K context it chooses 512 of
+// the row's 8,192 scores. Rows of up to kChooseSharedKeys blocks are read once, as keys, into
+// shared memory (every pass read them from L2 again, and each trip held up the pass).
+//
+// The k-th largest key is found by counting keys into 2,048 buckets of equal width, first over
+// [min key, max key], then inside the bucket where the count from the top reaches k, until the
+// bucket is taken whole, holds one key value, or holds at most 32 keys, which one warp ranks
+// against each other. Keys are the scores' bits, so the first round buckets by exponent and the
+// second by mantissa: two rounds for a decode row at 32K, each a plain shared-memory count. H200,
+// 32K context, chain share a call: 15.8 µs for 8-bit digits from the top (eight passes, each
+// through the match unit), 12.1–14.6 µs this way; adding lanes of equal buckets once through the
+// match unit here lost 2.3% of decode at 32K.
+constexpr int kChooseThreads = 1024, kChooseWarps = kChooseThreads / 32;
+constexpr int kChooseBins = 2 * kChooseThreads;  // 11 bits of the key a round, two buckets a thread
+constexpr int kChooseBinBits = 11;
 constexpr int64_t kChooseSharedKeys = 16384;  // 128 KB: contexts up to 64K at ratio 4
 __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* __restrict__ scores,
                                                                     const int64_t* positions, int64_t ratio,
@@ -258,114 +269,152 @@ __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double
   grid_dependency_wait();
   using Scan = cub::BlockScan<int, kChooseThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ unsigned hist[256];
-  __shared__ uint64_t s_prefix;
-  __shared__ int64_t s_remaining;
-  __shared__ bool s_done;
+  __shared__ unsigned hist[kChooseBins];
+  __shared__ unsigned long long s_min, s_max;
+  __shared__ uint64_t s_lo;
+  __shared__ int64_t s_need;
+  __shared__ int s_m, s_count;
+  __shared__ uint64_t cand_key[32];
+  __shared__ int32_t cand_block[32];
+  __shared__ int warp_gt[kChooseWarps], warp_eq[kChooseWarps];
   const int64_t t = blockIdx.x, p = positions[t], nb = (p + 1) / ratio, k = min(top_blocks, nb);
   const double* sc = scores + t * nb_max;
   int32_t* out = sel + t * max_sel;
-  const int tid = threadIdx.x, lane = tid % 32;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   extern __shared__ uint64_t row_keys[];  // [nb] when staged
-  const bool staged = nb_max <= kChooseSharedKeys;
-  if (staged && k < nb)  // a row taking all has no scores
-    for (int64_t b = tid; b < nb; b += kChooseThreads) row_keys[b] = score_key(sc[b]);
+  const bool staged = nb_max <= kChooseSharedKeys, take_all = k >= nb, search = !take_all && k > 0;
   const auto key_at = [&](int64_t b) { return staged ? row_keys[b] : score_key(sc[b]); };
 
-  // Radix select, 8 bits a pass from the top: tau = the k-th largest key under `mask`, and how
-  // many of the blocks whose masked key equals tau are still to be taken. A pass whose digit
-  // bucket is needed whole ends the search: every key with that prefix is taken, so the lower
-  // bits need not be looked at (mask then covers the bits examined so far).
-  if (tid == 0) {
-    s_prefix = 0;
-    s_remaining = k;
-    s_done = false;
-  }
-  __syncthreads();
-  const bool take_all = k >= nb;
-  uint64_t mask = ~0ull;
-  if (!take_all && k > 0) {
-    mask = 0;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += kChooseThreads) hist[i] = 0;
-      __syncthreads();
-      const uint64_t prefix = s_prefix;
-      // Every lane of a warp takes the same trips (base is the block's), so all of them meet in
-      // the match: lanes with the same digit add their count once. In the first passes nearly
-      // every key has the same digit (the scores' sign and exponent), and one shared counter took
-      // them one at a time.
-      for (int64_t base = 0; base < nb; base += kChooseThreads) {
-        const int64_t b = base + tid;
-        const uint64_t key = b < nb ? key_at(b) : 0;
-        const unsigned digit = b < nb && (key & mask) == prefix ? static_cast<unsigned>(key >> shift) & 255u : 256u;
-        const unsigned peers = __match_any_sync(0xffffffffu, digit);
-        if (digit < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], static_cast<unsigned>(__popc(peers)));
-      }
-      __syncthreads();
-      if (tid < 32) {
-        // Warp 0 finds the digit where the count from the top reaches s_remaining: lane l holds
-        // digits 255 - 8l down to 248 - 8l, a scan over the lanes counts the keys above each range,
-        // and the one lane whose range holds the crossing walks its eight digits.
-        const int64_t remaining = s_remaining;
-        const int top = 255 - 8 * tid;
-        unsigned own = 0;
-        for (int i = 0; i < 8; ++i) own += hist[top - i];
-        unsigned above = own;
+  // Chosen: every key above hi, and the first `need` blocks (in index order) whose key lies in
+  // [lo, hi].
+  uint64_t lo = 0, hi = 0;
+  int64_t need = 0;
+  if (search) {
+    if (tid == 0) s_min = ~0ull, s_max = 0, s_count = 0;
+    hist[tid] = hist[tid + kChooseThreads] = 0;
+    __syncthreads();
+    unsigned long long kmin = ~0ull, kmax = 0;
+#pragma unroll 8
+    for (int64_t b = tid; b < nb; b += kChooseThreads) {
+      const uint64_t key = score_key(sc[b]);
+      if (staged) row_keys[b] = key;
+      kmin = min(kmin, static_cast<unsigned long long>(key)), kmax = max(kmax, static_cast<unsigned long long>(key));
+    }
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const unsigned v = __shfl_up_sync(0xffffffffu, above, o);
-          if (tid >= o) above += v;
+    for (int o = 16; o > 0; o >>= 1) {
+      kmin = min(kmin, __shfl_xor_sync(0xffffffffu, kmin, o));
+      kmax = max(kmax, __shfl_xor_sync(0xffffffffu, kmax, o));
+    }
+    if (lane == 0) atomicMin(&s_min, kmin), atomicMax(&s_max, kmax);
+    __syncthreads();
+    lo = s_min;
+    int64_t remaining = k;
+    const uint64_t range = s_max - s_min;
+    if (range == 0) {
+      hi = lo, need = remaining;  // every key equal
+    } else {
+      int shift = max(0, 64 - __clzll(static_cast<long long>(range)) - kChooseBinBits);
+      for (;;) {
+#pragma unroll 8
+        for (int64_t b = tid; b < nb; b += kChooseThreads) {
+          const uint64_t key = key_at(b);
+          if (key >= lo && (key - lo) >> shift < kChooseBins) atomicAdd(&hist[(key - lo) >> shift], 1u);
         }
-        above -= own;
-        if (above < remaining && above + own >= remaining) {
-          int64_t cum = above;
-          for (int i = 0; i < 8; ++i) {
-            const unsigned c = hist[top - i];
-            if (cum + c >= remaining) {
-              s_prefix |= static_cast<uint64_t>(top - i) << shift;
-              s_remaining = remaining - cum;
-              s_done = c == remaining - cum;
-              break;
+        __syncthreads();
+        // Thread i holds buckets 2047 − 2i and 2046 − 2i; a scan counts the keys above them, and
+        // the thread whose buckets hold the crossing names it.
+        const int top = kChooseBins - 1 - 2 * tid;
+        const int c_top = static_cast<int>(hist[top]), c_next = static_cast<int>(hist[top - 1]);
+        int above;
+        Scan(scan_storage).ExclusiveSum(c_top + c_next, above);
+        if (above < remaining && above + c_top + c_next >= remaining) {
+          const bool first = above + c_top >= remaining;
+          s_lo = lo + (static_cast<uint64_t>(first ? top : top - 1) << shift);
+          s_need = remaining - above - (first ? 0 : c_top);
+          s_m = first ? c_top : c_next;
+        }
+        __syncthreads();
+        lo = s_lo, remaining = s_need;
+        const int m = s_m;
+        const uint64_t last = lo + ((1ull << shift) - 1);  // the bucket is [lo, last]
+        if (m == remaining || shift == 0) {  // taken whole, or one key value
+          hi = last, need = remaining;
+          break;
+        }
+        if (m <= 32) {
+          // The bucket's keys, a lane each, ranked against each other (higher key, then lower
+          // block, first): the one ranked remaining − 1 is the last chosen, and its key the only
+          // one taken in part.
+#pragma unroll 8
+          for (int64_t b = tid; b < nb; b += kChooseThreads) {
+            const uint64_t key = key_at(b);
+            if (key >= lo && key <= last) {
+              const int slot = atomicAdd(&s_count, 1);
+              cand_key[slot] = key, cand_block[slot] = static_cast<int32_t>(b);
             }
-            cum += c;
           }
+          __syncthreads();
+          if (warp == 0) {
+            const uint64_t mine = lane < m ? cand_key[lane] : 0;
+            const int32_t at = lane < m ? cand_block[lane] : 0;
+            int rank = 0, equal_before = 0;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+              const uint64_t other = __shfl_sync(0xffffffffu, mine, j);
+              const int32_t other_at = __shfl_sync(0xffffffffu, at, j);
+              const bool before = j < m && other == mine && other_at < at;
+              rank += (j < m && other > mine) || before;
+              equal_before += before;
+            }
+            if (lane < m && rank == remaining - 1) s_lo = mine, s_need = equal_before + 1;
+          }
+          __syncthreads();
+          lo = hi = s_lo, need = s_need;
+          break;
         }
+        hist[tid] = hist[tid + kChooseThreads] = 0;
+        shift = max(0, shift - kChooseBinBits);
+        __syncthreads();
       }
-      mask |= 0xFFull << shift;
-      __syncthreads();
-      if (s_done) break;
     }
   }
-  const uint64_t tau = s_prefix;
-  const int64_t need_eq = s_remaining;
 
-  // Blocks in index order: every masked key above tau, and the first need_eq keys equal to it.
-  // Thread i takes a run of consecutive blocks, so two scans over the block (how many keys equal
-  // to tau come before each run, then how many chosen) place every run's picks, however long the
-  // row (they were two scans a 1,024 blocks).
-  const int64_t run = k > 0 ? (nb + kChooseThreads - 1) / kChooseThreads : 0;
-  const int64_t b0 = min(nb, tid * run), b1 = min(nb, b0 + run);
-  const auto masked_key = [&](int64_t b) { return take_all ? 0 : key_at(b) & mask; };  // a row taking all has no scores
-  int gt = 0, eq = 0;
-  for (int64_t b = b0; b < b1; ++b) {
-    const uint64_t key = masked_key(b);
-    gt += take_all || key > tau;
-    eq += !take_all && key == tau;
-  }
-  int eq_before, chosen_before, total;
-  Scan(scan_storage).ExclusiveSum(eq, eq_before, total);
-  __syncthreads();
-  const int64_t eq_wanted = need_eq - eq_before;
-  int eq_left = eq_wanted <= 0 ? 0 : eq_wanted < eq ? static_cast<int>(eq_wanted) : eq;
-  Scan(scan_storage).ExclusiveSum(gt + eq_left, chosen_before, total);
-  int64_t at = chosen_before;
-  for (int64_t b = b0; b < b1; ++b) {
-    const uint64_t key = masked_key(b);
-    bool chosen = take_all || key > tau;
-    if (!chosen && key == tau && eq_left > 0) chosen = true, --eq_left;
-    if (!chosen) continue;
-    for (int64_t i = 0; i < ratio; ++i) out[at * ratio + i] = static_cast<int32_t>(b * ratio + i);
-    ++at;
+  // Blocks in index order: every key above hi, and the first `need` keys in [lo, hi]. Warp w takes
+  // a run of blocks (32 at a time, a block a lane); the runs' counts meet once in shared memory,
+  // and inside a run ballots order the picks.
+  if (k > 0) {
+    const int64_t per_warp = (nb + 32 * kChooseWarps - 1) / (32 * kChooseWarps) * 32;
+    const int64_t w0 = warp * per_warp, w1 = min(nb, w0 + per_warp);
+    const unsigned below = (1u << lane) - 1;  // lanes before this one
+    const auto classify = [&](int64_t b, bool& gt, bool& eq) {
+      const uint64_t key = b < w1 && !take_all ? key_at(b) : 0;  // a row taking all has no scores
+      gt = b < w1 && (take_all || key > hi);
+      eq = b < w1 && !take_all && key >= lo && key <= hi;
+    };
+    int gt_count = 0, eq_count = 0;
+    for (int64_t b = w0 + lane; b < w0 + per_warp && b - lane < w1; b += 32) {
+      bool gt, eq;
+      classify(b, gt, eq);
+      gt_count += __popc(__ballot_sync(0xffffffffu, gt));
+      eq_count += __popc(__ballot_sync(0xffffffffu, eq));
+    }
+    if (lane == 0) warp_gt[warp] = gt_count, warp_eq[warp] = eq_count;
+    __syncthreads();
+    const int gt_before = __reduce_add_sync(0xffffffffu, lane < warp ? warp_gt[lane] : 0);
+    int64_t eq_seen = __reduce_add_sync(0xffffffffu, lane < warp ? warp_eq[lane] : 0);
+    int64_t at = gt_before + min(eq_seen, need);  // picks of the runs before this one
+    for (int64_t b = w0 + lane; b < w0 + per_warp && b - lane < w1; b += 32) {
+      bool gt, eq;
+      classify(b, gt, eq);
+      const unsigned eqs = __ballot_sync(0xffffffffu, eq);
+      const bool chosen = gt || (eq && eq_seen + __popc(eqs & below) < need);
+      const unsigned picks = __ballot_sync(0xffffffffu, chosen);
+      if (chosen) {
+        const int64_t slot = at + __popc(picks & below);
+        for (int64_t i = 0; i < ratio; ++i) out[slot * ratio + i] = static_cast<int32_t>(b * ratio + i);
+      }
+      eq_seen += __popc(eqs), at += __popc(picks);
+    }
   }
   const int64_t n_tail = p + 1 - nb * ratio, n_total = k * ratio + n_tail;
   for (int64_t i = tid; i < n_tail; i += kChooseThreads) out[k * ratio + i] = static_cast<int32_t>(nb * ratio + i);
@@ -972,20 +1021,31 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 }
 
 // out = (Σ_c e^{m_c − M}·o_c) / (Σ_c e^{m_c − M}·l_c) ⊙ sigmoid(gate), M the largest m_c; one block
-// per (token, query head). The chunks' weights e^{m_c − M} and their sum are formed once, the
-// chunks spread over the threads (a decode's full selection has 52 chunks, which every thread
-// used to walk twice), and kept in shared memory (`w`, n_chunks floats) for the sum over o_c,
-// whose loads go out kCombineBatch chunks at a time rather than one after another; the sums keep
-// chunk order. With x8 set and a thread per value of a head (hd a multiple of 32), each warp also
-// writes its 32 values' Q8_0 chunk for the output projection.
-constexpr int kCombineBatch = 32;
-__global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l,
-                                          const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks,
-                                          float* out, QuantizeTarget x8) {
+// per (token, query head, 32 dimensions of the head). Its 8 warps split the chunks (warp w takes
+// chunks w, w + 8, ...) and each lane a dimension; a warp's first kCombineLoads o_c are loaded
+// before the weights e^{m_c − M} are formed (a chunk without positions may hold no o_c: loaded,
+// never added), so the block waits one memory trip for m, l and o together. The warps' sums meet
+// in shared memory, added in warp order. With x8 set (hd a multiple of 32), the first warp also
+// writes its 32 values' Q8_0 chunk for the output projection. (A block per head, a thread per
+// dimension walking every chunk, took 11 µs a call at 32K context on an H200.)
+constexpr int kCombineWarps = 8, kCombineLoads = 8;
+__global__ void __launch_bounds__(32 * kCombineWarps)
+    qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l, const float* part_o,
+                              int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8) {
   extern __shared__ float w[];  // [n_chunks]
+  __shared__ float warp_sums[kCombineWarps][32];
   grid_dependency_wait();
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
   const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t dim = blockIdx.z * 32 + lane;
+  const bool live = dim < hd;
+  float v[kCombineLoads];
+#pragma unroll
+  for (int u = 0; u < kCombineLoads; ++u) {
+    const int64_t c = warp + u * kCombineWarps;
+    v[u] = live && c < n_chunks ? part_o[(first + c * G) * hd + dim] : 0.0f;
+  }
   float M = -INFINITY;
   for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) M = fmaxf(M, part_m[first + c * G]);
   M = block_max(M);
@@ -996,22 +1056,24 @@ __global__ void qsa_attend_combine_kernel(const float* gate, const float* part_m
     L = fmaf(w[c], part_l[first + c * G], L);
   }
   L = block_sum(L);  // its barriers also publish w
-  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-    float o = 0;
-    for (int64_t c0 = 0; c0 < n_chunks; c0 += kCombineBatch) {
-      float v[kCombineBatch];  // a chunk without positions may hold no o_c: never read
+  float o = 0;
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-        v[u] = c0 + u < n_chunks && w[c0 + u] != 0.0f ? part_o[(first + (c0 + u) * G) * hd + i] : 0.0f;
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-        if (c0 + u < n_chunks && w[c0 + u] != 0.0f) o = fmaf(w[c0 + u], v[u], o);
-    }
-    const int64_t at = (t * nh + h) * hd + i;
-    const float v = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
-    out[at] = v;
-    if (x8.codes && blockDim.x == hd) quantize_q8_0_value(v, at / 32, x8.codes, x8.scales);
+  for (int u = 0; u < kCombineLoads; ++u) {
+    const int64_t c = warp + u * kCombineWarps;
+    if (c < n_chunks && w[c] != 0.0f) o = fmaf(w[c], v[u], o);
   }
+  for (int64_t c = warp + kCombineLoads * kCombineWarps; c < n_chunks; c += kCombineWarps)
+    if (w[c] != 0.0f) o = fmaf(w[c], live ? part_o[(first + c * G) * hd + dim] : 0.0f, o);
+  warp_sums[warp][lane] = o;
+  __syncthreads();
+  if (warp != 0 || !live) return;
+  o = 0;
+#pragma unroll
+  for (int i = 0; i < kCombineWarps; ++i) o += warp_sums[i][lane];
+  const int64_t at = (t * nh + h) * hd + dim;
+  const float y = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
+  out[at] = y;
+  if (x8.codes) quantize_q8_0_value(y, at / 32, x8.codes, x8.scales);
 }
 
 }  // namespace
@@ -1121,11 +1183,10 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
     return AttendParts{n_splits, part_m.f32(), part_l.f32(), part_o.f32()};
   };
   const auto combine = [&](const AttendParts& parts) {
-    const int64_t combine_threads = std::min<int64_t>(256, (hd + 31) / 32 * 32);
-    const QuantizeTarget x8 = combine_threads == hd && hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
+    const QuantizeTarget x8 = hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
-           dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh)), static_cast<unsigned>(combine_threads),
-           static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
+           dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh), static_cast<unsigned>((hd + 31) / 32)),
+           32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
            parts.n_splits, a.out->f32(), x8);
   };
   // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
