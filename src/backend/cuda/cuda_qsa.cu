@@ -257,7 +257,7 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 // second by mantissa: two rounds for a decode row at 32K, each a plain shared-memory count. H200,
 // 32K context, chain share a call: 15.8 µs for 8-bit digits from the top (eight passes, each
 // through the match unit), 12.1–14.6 µs this way; adding lanes of equal buckets once through the
-// match unit here lost 2.3% of decode at 32K.
+// match unit here lost 2.2% of decode at 32K.
 constexpr int kChooseThreads = 1024, kChooseWarps = kChooseThreads / 32;
 constexpr int kChooseBins = 2 * kChooseThreads;  // 11 bits of the key a round, two buckets a thread
 constexpr int kChooseBinBits = 11;
