@@ -133,10 +133,10 @@ TEST_F(CudaVsRef, MulMatPartialChunk) {
 // Pooled keys written directly: 300 blocks, a third of them zero (score exactly 0 after the relu)
 // and pairs of equal rows (equal positive scores). A few tokens (decode's quad of threads a block:
 // d = 16 read as vectors, d = 40 a value at a time) and 150 (prefill's tiles of 64 tokens × 64
-// blocks; d = 40 is not a multiple of the tiles' 32-value slices). Then 2,600 blocks, so that each
-// thread of the selection kernel takes a run of three blocks or fewer and the ties at the
+// blocks; d = 40 is not a multiple of the tiles' 32-value slices). Then 2,600 blocks, so that the
+// selection kernel's warps each place the picks of a run of 96 blocks or fewer and the ties at the
 // threshold fall in many runs; then 17,600, more than the selection kernel holds in shared memory
-// (it reads them from global memory on each pass). Then rows of other shapes, for the selection
+// (it reads them from global memory in each round). Then rows of other shapes, for the selection
 // kernel's rounds of buckets: scores over 40 binades (rows scaled by powers of two), three score
 // values only (the count reaches k inside a group of 867 equal keys: rounds down to one key value),
 // and every score equal.

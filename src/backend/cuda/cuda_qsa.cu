@@ -259,8 +259,8 @@ __device__ __forceinline__ uint64_t score_key(double s) {
 // through the match unit), 12.1–14.6 µs this way; adding lanes of equal buckets once through the
 // match unit here lost 2.2% of decode at 32K.
 constexpr int kChooseThreads = 1024, kChooseWarps = kChooseThreads / 32;
-constexpr int kChooseBins = 2 * kChooseThreads;  // 11 bits of the key a round, two buckets a thread
-constexpr int kChooseBinBits = 11;
+constexpr int kChooseBinBits = 11, kChooseBins = 1 << kChooseBinBits;  // bits of the key a round
+static_assert(kChooseBins == 2 * kChooseThreads, "the scan over the buckets takes two a thread");
 constexpr int64_t kChooseSharedKeys = 16384;  // 128 KB: contexts up to 64K at ratio 4
 __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* __restrict__ scores,
                                                                     const int64_t* positions, int64_t ratio,
