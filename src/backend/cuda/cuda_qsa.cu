@@ -604,21 +604,24 @@ __global__ void __launch_bounds__(kAttendThreads)
 // are added, so each copy overlaps the work between. Warp w owns dimensions [w·hd/8, (w+1)·hd/8):
 // it keeps the group's Q fragments of them in registers for the whole selection, scores every
 // position of a chunk over them (four independent n8 tiles), and accumulates those output
-// dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores. Prefill
+// dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores and splits
+// P once for every warp. An mma's k slots t and t + 4 take adjacent dimensions (scores) or
+// positions (values), 2t and 2t + 1 of its eight, so that a lane reads its K and P pairs with one
+// 8-byte load each (the sum over k is the same in any slot order). Prefill
 // has one split, and each output is written finished; decode splits the selection a chunk a
 // block, so that its few (token, kv head) rows still fill the GPU, and writes partials.
 constexpr int kMmaChunk = 32;  // positions per chunk
 constexpr int kMmaWarps = 8;
 constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
-constexpr int kMmaPPitch = kMmaChunk + 4;  // ≡ 4 (mod 32): the A-fragment loads of P are conflict-free
+constexpr int kMmaPPitch = kMmaChunk + 8;  // ≡ 8 (mod 32): the 8-byte loads and stores of P are conflict-free
 constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selection over blocks
 
-// Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 4: the fragment
-// loads of rows g, columns t are conflict-free), V rows (pitch hd + 8: those of rows t, columns g
-// are), the warps' partial scores (the first warp's then hold P), the running max / sum /
-// rescale of each row, and two chunks' cache rows.
+// Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 8: the 8-byte
+// fragment loads of rows g, columns 2t are conflict-free), V rows (pitch hd + 4: those of rows 2t,
+// columns g are), the warps' partial scores (the first two warps' then hold P's TF32 parts), the
+// running max / sum / rescale of each row, and two chunks' cache rows.
 size_t mma_attend_words(int64_t hd) {
-  return kMmaChunk * (hd + 4) + kMmaChunk * (hd + 8) + kMmaWarps * kMmaRows * kMmaPPitch + 3 * kMmaRows +
+  return kMmaChunk * (hd + 8) + kMmaChunk * (hd + 4) + kMmaWarps * kMmaRows * kMmaPPitch + 3 * kMmaRows +
          2 * kMmaChunk;
 }
 
@@ -640,11 +643,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   grid_dependency_wait();
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv, z = blockIdx.z, stride = parts.n_splits * kMmaChunk;
-  constexpr int kp = kHd + 4, vp = kHd + 8;  // row pitches of K and V
+  constexpr int kp = kHd + 8, vp = kHd + 4;  // row pitches of K and V
   constexpr int kPieces = kHd / 4;           // 16-byte pieces of a row
   float* ks = attend_shared;         // [32][kp]
   float* vs = ks + kMmaChunk * kp;   // [32][vp]
-  float* ps = vs + kMmaChunk * vp;   // [8 warps][16][kMmaPPitch]
+  float* ps = vs + kMmaChunk * vp;   // [8 warps][16][kMmaPPitch]; then P's hi, lo parts: [2][16][kMmaPPitch]
   float* run_m = ps + kMmaWarps * kMmaRows * kMmaPPitch;
   float* run_l = run_m + kMmaRows;
   float* rescale = run_l + kMmaRows;
@@ -676,17 +679,18 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     cp_async_commit();
   };
 
-  // This warp's dimensions, 8 a step: the A fragments of Q (rows gq and gq + 8, zero past G).
+  // This warp's dimensions, 8 a step: the A fragments of Q (rows gq and gq + 8, zero past G), k
+  // slots tq and tq + 4 on dimensions 2·tq and 2·tq + 1 of the step.
   constexpr int kDims = kHd / kMmaWarps, kSteps = kDims / 8;
   SplitTf32 qa[kSteps][4];
   const float* q_t = q + (t * nh + g * G) * kHd;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const int k = warp * kDims + 8 * s + tq;
+    const int k = warp * kDims + 8 * s + 2 * tq;
     qa[s][0] = split_tf32(gq < G ? q_t[gq * kHd + k] : 0.0f);
     qa[s][1] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k] : 0.0f);
-    qa[s][2] = split_tf32(gq < G ? q_t[gq * kHd + k + 4] : 0.0f);
-    qa[s][3] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k + 4] : 0.0f);
+    qa[s][2] = split_tf32(gq < G ? q_t[gq * kHd + k + 1] : 0.0f);
+    qa[s][3] = split_tf32(gq + 8 < G ? q_t[(gq + 8) * kHd + k + 1] : 0.0f);
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
   // Split z takes chunks z, z + n_splits, ...
@@ -711,8 +715,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     for (int s = 0; s < kSteps; ++s) {
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        const float* krow = ks + (8 * ni + gq) * kp + warp * kDims + 8 * s + tq;
-        const SplitTf32 b[2] = {split_tf32(krow[0]), split_tf32(krow[4])};
+        const float2 kv = *reinterpret_cast<const float2*>(ks + (8 * ni + gq) * kp + warp * kDims + 8 * s + 2 * tq);
+        const SplitTf32 b[2] = {split_tf32(kv.x), split_tf32(kv.y)};
         mma_split_tf32(part[ni], qa[s], b);
       }
     }
@@ -725,28 +729,26 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     if (more) set_rows(j0 + stride, next);
     __syncthreads();  // K is read, the scores and the next rows are written
     if (more) request(kc, next, ks, kp);
-    {  // Running softmax: 16 lanes a row, 2 positions each.
-      const int row = tid / 16, c0 = (tid % 16) * 2;
-      float v[2], mx = -INFINITY;
+    {  // Running softmax: 16 lanes a row, 2 positions each; P's parts go to the first two warps' scores.
+      const int row = tid / 16, c0 = (tid % 16) * 2, at = row * kMmaPPitch + c0;
+      float2 sum = *reinterpret_cast<const float2*>(ps + at);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int at = row * kMmaPPitch + c0 + i;
-        float sum = ps[at];
-#pragma unroll
-        for (int w = 1; w < kMmaWarps; ++w) sum += ps[w * kMmaRows * kMmaPPitch + at];
-        v[i] = cur[c0 + i] >= 0 ? sum * scale : -INFINITY;
-        mx = fmaxf(mx, v[i]);
+      for (int w = 1; w < kMmaWarps; ++w) {
+        const float2 part = *reinterpret_cast<const float2*>(ps + w * kMmaRows * kMmaPPitch + at);
+        sum.x += part.x, sum.y += part.y;
       }
+      float v[2] = {cur[c0] >= 0 ? sum.x * scale : -INFINITY, cur[c0 + 1] >= 0 ? sum.y * scale : -INFINITY};
+      float mx = fmaxf(v[0], v[1]);
 #pragma unroll
       for (int o16 = 8; o16 > 0; o16 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o16));
       const float m_old = run_m[row], m_new = fmaxf(m_old, mx);
-      float l = 0.0f;
+      float e[2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new);
-        ps[row * kMmaPPitch + c0 + i] = e;
-        l += e;
-      }
+      for (int i = 0; i < 2; ++i) e[i] = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new);
+      const SplitTf32 p0 = split_tf32(e[0]), p1 = split_tf32(e[1]);
+      *reinterpret_cast<uint2*>(ps + at) = make_uint2(p0.hi, p1.hi);
+      *reinterpret_cast<uint2*>(ps + kMmaRows * kMmaPPitch + at) = make_uint2(p0.lo, p1.lo);
+      float l = e[0] + e[1];
 #pragma unroll
       for (int o16 = 8; o16 > 0; o16 >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o16);
       if (tid % 16 == 0) {
@@ -761,18 +763,21 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     else
       cp_async_wait<0>();
     __syncthreads();
-    // Values: o = o·rescale + P·V over this warp's dimensions, a chain for each 8 of them.
+    // Values: o = o·rescale + P·V over this warp's dimensions, a chain for each 8 of them; k slots
+    // tq and tq + 4 on positions kk + 2·tq and kk + 2·tq + 1.
     const float r_lo = rescale[gq], r_hi = rescale[gq + 8];
     float pv[kSteps][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kMmaChunk; kk += 8) {
-      const float* p0 = ps + gq * kMmaPPitch + kk + tq;
-      const float* p1 = p0 + 8 * kMmaPPitch;
-      const SplitTf32 a[4] = {split_tf32(p0[0]), split_tf32(p1[0]), split_tf32(p0[4]), split_tf32(p1[4])};
-      const float* v0 = vs + (kk + tq) * vp + warp * kDims + gq;
+      const float* p_hi = ps + gq * kMmaPPitch + kk + 2 * tq;
+      const float* p_lo = p_hi + kMmaRows * kMmaPPitch;
+      const uint2 h0 = *reinterpret_cast<const uint2*>(p_hi), h1 = *reinterpret_cast<const uint2*>(p_hi + 8 * kMmaPPitch);
+      const uint2 l0 = *reinterpret_cast<const uint2*>(p_lo), l1 = *reinterpret_cast<const uint2*>(p_lo + 8 * kMmaPPitch);
+      const SplitTf32 a[4] = {{h0.x, l0.x}, {h1.x, l1.x}, {h0.y, l0.y}, {h1.y, l1.y}};
+      const float* v0 = vs + (kk + 2 * tq) * vp + warp * kDims + gq;
 #pragma unroll
       for (int ni = 0; ni < kSteps; ++ni) {
-        const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[4 * vp + ni * 8])};
+        const SplitTf32 b[2] = {split_tf32(v0[ni * 8]), split_tf32(v0[vp + ni * 8])};
         mma_split_tf32(pv[ni], a, b);
       }
     }
