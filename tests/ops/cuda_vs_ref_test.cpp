@@ -832,8 +832,9 @@ TEST_F(CudaVsRef, QsaPrepareOneKernel) {
 }
 
 // The prefill products run on tensor cores with each operand split into two TF32 parts (v = hi +
-// lo, hi = v rounded to 11 significant bits, lo = the rest rounded again) and the sum hi·hi +
-// hi·lo + lo·hi (cuda_gemm.cuh). Per product the dropped terms are below
+// lo, hi = v rounded to 11 significant bits, lo = the rest as the tensor cores read it: its 11
+// leading bits of at most 12) and the sum hi·hi + hi·lo + lo·hi (cuda_gemm.cuh). Per product the
+// dropped terms are below
 //   |w − hi_w − lo_w|·|hi_x| + |hi_w|·|x − hi_x − lo_x| + |w − hi_w|·|x − hi_x|
 //   <= 2^-22·(1 + 2^-11)·|w||x|·2 + 2^-22·|w||x|  <  3.001·2^-22·|w||x|,
 // so each output may differ from the float64 product by 3.001·2^-22·Σ_k |w_k||x_k| plus FP32

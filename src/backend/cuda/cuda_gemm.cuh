@@ -8,11 +8,12 @@
 // work.
 //
 // Precision: every operand is split into two TF32 parts, v = hi + lo (hi = v rounded to TF32, lo =
-// the rest rounded again), and W·x is summed as hi·hi + hi·lo + lo·hi: the dropped terms are below
-// 3·2^-22·|w||x| per product, so the result is as accurate as an FP32 product (activations of this
-// model can be large, and plain TF32 would round each of them to 11 bits). The tensor cores may
-// truncate when they accumulate, so each 32-wide chunk is summed on its own and added to the
-// FP32 accumulators with an ordinary rounded add.
+// the rest, of which the tensor cores read 11 significant bits; cuda_mma.cuh), and W·x is summed as
+// hi·hi + hi·lo + lo·hi: the dropped terms are below 3·2^-22·|w||x| per product, so the result is
+// as accurate as an FP32 product (activations of this model can be large, and plain TF32 would
+// round each of them to 11 bits). The tensor cores may truncate when they accumulate, so each
+// 32-wide chunk is summed on its own and added to the FP32 accumulators with an ordinary rounded
+// add.
 //
 // Columns are addressed through x_row/out_row, so the same tile serves a plain product and the
 // token lists of grouped experts. A tile may cover part of K (chunks [c_begin, c_end)): a product
