@@ -613,7 +613,13 @@ __global__ void __launch_bounds__(kAttendThreads)
 constexpr int kMmaChunk = 32;  // positions per chunk
 constexpr int kMmaWarps = 8;
 constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
-constexpr int kMmaPPitch = kMmaChunk + 8;  // ≡ 8 (mod 32): the 8-byte loads and stores of P are conflict-free
+// Scores and P are kept as mma A-fragment quads: for rows g, g + 8 and positions 8·b + 2t, 8·b + 2t + 1,
+// the four values (g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1) at b·kMmaQuadPitch + 16·g + 4·t,
+// so that lane (g, t) of P·V reads its A fragment with one 16-byte load in register order. The
+// 16 extra floats a block of 8 positions put blocks b and b + 1 on different banks: the softmax's
+// 16-byte accesses (8 lanes of one g) are then conflict-free too.
+constexpr int kMmaQuadPitch = 8 * kMmaRows + 16;
+constexpr int kMmaScoreWords = kMmaChunk / 8 * kMmaQuadPitch;  // a warp's partial scores of a chunk
 constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selection over blocks
 
 // Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 8: the 8-byte
@@ -621,7 +627,7 @@ constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selectio
 // columns g are), the warps' partial scores (the first two warps' then hold P's TF32 parts), the
 // running max / sum / rescale of each row, and two chunks' cache rows.
 size_t mma_attend_words(int64_t hd) {
-  return kMmaChunk * (hd + 8) + kMmaChunk * (hd + 4) + kMmaWarps * kMmaRows * kMmaPPitch + 3 * kMmaRows +
+  return kMmaChunk * (hd + 8) + kMmaChunk * (hd + 4) + kMmaWarps * kMmaScoreWords + 3 * kMmaRows +
          2 * kMmaChunk;
 }
 
@@ -647,8 +653,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   constexpr int kPieces = kHd / 4;           // 16-byte pieces of a row
   float* ks = attend_shared;         // [32][kp]
   float* vs = ks + kMmaChunk * kp;   // [32][vp]
-  float* ps = vs + kMmaChunk * vp;   // [8 warps][16][kMmaPPitch]; then P's hi, lo parts: [2][16][kMmaPPitch]
-  float* run_m = ps + kMmaWarps * kMmaRows * kMmaPPitch;
+  float* ps = vs + kMmaChunk * vp;   // [8 warps][kMmaScoreWords]; then P's hi, lo parts: [2][kMmaScoreWords]
+  float* run_m = ps + kMmaWarps * kMmaScoreWords;
   float* run_l = run_m + kMmaRows;
   float* rescale = run_l + kMmaRows;
   int32_t* rows = reinterpret_cast<int32_t*>(rescale + kMmaRows);  // [2 chunks][32], −1: no position
@@ -665,16 +671,26 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     }
   };
   // Zeros for no position; without branches, so that a thread's reads of r[] are all issued before
-  // its copies wait on them.
+  // its copies wait on them. Where a row's pieces divide the block, a thread copies one piece
+  // column of every kRowStep-th row: its copies' sources then differ by one 32-bit wide multiply
+  // and their destinations by constants (64-bit index arithmetic for each piece was two fifths
+  // of the kernel's instructions).
+  static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
+  constexpr int kThreads = kMmaWarps * 32;
+  const uint32_t row_bytes = static_cast<uint32_t>(nkv * kHd * sizeof(float));  // every kv head of a position
+  auto piece = [&](int n) -> int2 {  // the row and column of this thread's n-th piece
+    if constexpr (kThreads % kPieces == 0) return {tid / kPieces + n * (kThreads / kPieces), tid % kPieces};
+    const int i = tid + n * kThreads;
+    return {i / kPieces, i % kPieces};
+  };
   auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {
-    static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
-    const unsigned first = threadIdx.x;
 #pragma unroll
-    for (int n = 0; n < kMmaChunk * kPieces / (kMmaWarps * 32); ++n) {
-      const unsigned i = first + n * kMmaWarps * 32, j = i / kPieces, c = i % kPieces;
-      const int32_t row = r[j];
-      cp_async_16_or_zero(dst + j * pitch + 4 * c, cache + (static_cast<int64_t>(max(row, 0)) * nkv + g) * kHd + 4 * c,
-                          row >= 0);
+    for (int n = 0; n < kMmaChunk * kPieces / kThreads; ++n) {
+      const int2 at = piece(n);
+      const int32_t row = r[at.x];
+      const char* piece_of_row0 = reinterpret_cast<const char*>(cache + g * kHd + 4 * at.y);
+      const uint64_t row_at = static_cast<uint64_t>(static_cast<uint32_t>(max(row, 0))) * row_bytes;
+      cp_async_16_or_zero(dst + at.x * pitch + 4 * at.y, piece_of_row0 + row_at, row >= 0);
     }
     cp_async_commit();
   };
@@ -720,42 +736,58 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
         mma_split_tf32(part[ni], qa[s], b);
       }
     }
+    const int quad = 16 * gq + 4 * tq;  // this lane's fragment quad in a block of 8 positions
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<float2*>(ps + (warp * kMmaRows + gq + 8 * h) * kMmaPPitch + 8 * ni + 2 * tq) =
-            make_float2(part[ni][2 * h], part[ni][2 * h + 1]);
+      *reinterpret_cast<float4*>(ps + warp * kMmaScoreWords + ni * kMmaQuadPitch + quad) =
+          make_float4(part[ni][0], part[ni][2], part[ni][1], part[ni][3]);
     if (more) set_rows(j0 + stride, next);
     __syncthreads();  // K is read, the scores and the next rows are written
     if (more) request(kc, next, ks, kp);
-    {  // Running softmax: 16 lanes a row, 2 positions each; P's parts go to the first two warps' scores.
-      const int row = tid / 16, c0 = (tid % 16) * 2, at = row * kMmaPPitch + c0;
-      float2 sum = *reinterpret_cast<const float2*>(ps + at);
+    if (tid < kMmaRows / 2 * kMmaChunk / 2) {
+      // Running softmax: a thread a quad (rows g, g + 8; positions p, p + 1), 16 lanes rows g and
+      // g + 8 in position order; P's parts go to the first two warps' scores.
+      const int g8 = tid / 16, block = tid / 4 % 4, t4 = tid % 4, at = block * kMmaQuadPitch + 16 * g8 + 4 * t4;
+      float4 sum = *reinterpret_cast<const float4*>(ps + at);
 #pragma unroll
       for (int w = 1; w < kMmaWarps; ++w) {
-        const float2 part = *reinterpret_cast<const float2*>(ps + w * kMmaRows * kMmaPPitch + at);
-        sum.x += part.x, sum.y += part.y;
+        const float4 part = *reinterpret_cast<const float4*>(ps + w * kMmaScoreWords + at);
+        sum.x += part.x, sum.y += part.y, sum.z += part.z, sum.w += part.w;
       }
-      float v[2] = {cur[c0] >= 0 ? sum.x * scale : -INFINITY, cur[c0 + 1] >= 0 ? sum.y * scale : -INFINITY};
-      float mx = fmaxf(v[0], v[1]);
+      const int2 live = *reinterpret_cast<const int2*>(cur + 8 * block + 2 * t4);
+      const float v[4] = {live.x >= 0 ? sum.x * scale : -INFINITY, live.x >= 0 ? sum.y * scale : -INFINITY,
+                          live.y >= 0 ? sum.z * scale : -INFINITY, live.y >= 0 ? sum.w * scale : -INFINITY};
+      float m_old[2], m_new[2], l[2];  // rows g8 and g8 + 8
 #pragma unroll
-      for (int o16 = 8; o16 > 0; o16 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o16));
-      const float m_old = run_m[row], m_new = fmaxf(m_old, mx);
-      float e[2];
+      for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(v[h], v[h + 2]);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) e[i] = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new);
-      const SplitTf32 p0 = split_tf32(e[0]), p1 = split_tf32(e[1]);
-      *reinterpret_cast<uint2*>(ps + at) = make_uint2(p0.hi, p1.hi);
-      *reinterpret_cast<uint2*>(ps + kMmaRows * kMmaPPitch + at) = make_uint2(p0.lo, p1.lo);
-      float l = e[0] + e[1];
+        for (int o16 = 8; o16 > 0; o16 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o16));
+        m_old[h] = run_m[g8 + 8 * h], m_new[h] = fmaxf(m_old[h], mx);
+      }
+      float e[4];
 #pragma unroll
-      for (int o16 = 8; o16 > 0; o16 >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o16);
+      for (int i = 0; i < 4; ++i) e[i] = v[i] == -INFINITY ? 0.0f : expf(v[i] - m_new[i % 2]);
+      SplitTf32 p[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[i] = split_tf32(e[i]);
+      *reinterpret_cast<uint4*>(ps + at) = make_uint4(p[0].hi, p[1].hi, p[2].hi, p[3].hi);
+      *reinterpret_cast<uint4*>(ps + kMmaScoreWords + at) = make_uint4(p[0].lo, p[1].lo, p[2].lo, p[3].lo);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l[h] = e[h] + e[h + 2];
+#pragma unroll
+        for (int o16 = 8; o16 > 0; o16 >>= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], o16);
+      }
       if (tid % 16 == 0) {
-        const float r = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-        rescale[row] = r;
-        run_l[row] = run_l[row] * r + l;
-        run_m[row] = m_new;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = g8 + 8 * h;
+          const float r = m_old[h] == -INFINITY ? 0.0f : expf(m_old[h] - m_new[h]);
+          rescale[row] = r;
+          run_l[row] = run_l[row] * r + l[h];
+          run_m[row] = m_new[h];
+        }
       }
     }
     if (more)
@@ -769,11 +801,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     float pv[kSteps][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kMmaChunk; kk += 8) {
-      const float* p_hi = ps + gq * kMmaPPitch + kk + 2 * tq;
-      const float* p_lo = p_hi + kMmaRows * kMmaPPitch;
-      const uint2 h0 = *reinterpret_cast<const uint2*>(p_hi), h1 = *reinterpret_cast<const uint2*>(p_hi + 8 * kMmaPPitch);
-      const uint2 l0 = *reinterpret_cast<const uint2*>(p_lo), l1 = *reinterpret_cast<const uint2*>(p_lo + 8 * kMmaPPitch);
-      const SplitTf32 a[4] = {{h0.x, l0.x}, {h1.x, l1.x}, {h0.y, l0.y}, {h1.y, l1.y}};
+      const float* p_hi = ps + kk / 8 * kMmaQuadPitch + quad;
+      const uint4 hi = *reinterpret_cast<const uint4*>(p_hi), lo = *reinterpret_cast<const uint4*>(p_hi + kMmaScoreWords);
+      const SplitTf32 a[4] = {{hi.x, lo.x}, {hi.y, lo.y}, {hi.z, lo.z}, {hi.w, lo.w}};
       const float* v0 = vs + (kk + 2 * tq) * vp + warp * kDims + gq;
 #pragma unroll
       for (int ni = 0; ni < kSteps; ++ni) {
