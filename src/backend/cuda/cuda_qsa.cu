@@ -606,8 +606,8 @@ __global__ void __launch_bounds__(kAttendThreads)
 // position of a chunk over them (four independent n8 tiles), and accumulates those output
 // dimensions; the running softmax (the chunk kernel's) sums the 8 warps' partial scores and splits
 // P once for every warp. An mma's k slots t and t + 4 take adjacent dimensions (scores) or
-// positions (values), 2t and 2t + 1 of its eight, so that a lane reads its K and P pairs with one
-// 8-byte load each (the sum over k is the same in any slot order). Prefill
+// positions (values), 2t and 2t + 1 of its eight, so that a lane reads its K pair with one 8-byte
+// load and its P fragment with one 16-byte load (the sum over k is the same in any slot order). Prefill
 // has one split, and each output is written finished; decode splits the selection a chunk a
 // block, so that its few (token, kv head) rows still fill the GPU, and writes partials.
 constexpr int kMmaChunk = 32;  // positions per chunk
