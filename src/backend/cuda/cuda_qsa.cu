@@ -613,6 +613,7 @@ __global__ void __launch_bounds__(kAttendThreads)
 constexpr int kMmaChunk = 32;  // positions per chunk
 constexpr int kMmaWarps = 8;
 constexpr int kMmaRows = 16;               // query heads of a group, padded with zero rows
+constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selection over blocks
 // Scores and P are kept as mma A-fragment quads: for rows g, g + 8 and positions 8·b + 2t, 8·b + 2t + 1,
 // the four values (g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1) at b·kMmaQuadPitch + 16·g + 4·t,
 // so that lane (g, t) of P·V reads its A fragment with one 16-byte load in register order. The
@@ -620,7 +621,6 @@ constexpr int kMmaRows = 16;               // query heads of a group, padded wit
 // 16-byte accesses (8 lanes of one g) are then conflict-free too.
 constexpr int kMmaQuadPitch = 8 * kMmaRows + 16;
 constexpr int kMmaScoreWords = kMmaChunk / 8 * kMmaQuadPitch;  // a warp's partial scores of a chunk
-constexpr int64_t kMmaMinTokens = 64;      // fewer (decode) split each selection over blocks
 
 // Shared memory of qsa_attend_mma_kernel in 4-byte words: K rows (pitch hd + 8: the 8-byte
 // fragment loads of rows g, columns 2t are conflict-free), V rows (pitch hd + 4: those of rows 2t,
@@ -672,7 +672,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   };
   // Zeros for no position; without branches, so that a thread's reads of r[] are all issued before
   // its copies wait on them. Where a row's pieces divide the block, a thread copies one piece
-  // column of every kRowStep-th row: its copies' sources then differ by one 32-bit wide multiply
+  // column of every (threads / pieces)-th row: its copies' sources then differ by one 32-bit wide multiply
   // and their destinations by constants (64-bit index arithmetic for each piece was two fifths
   // of the kernel's instructions).
   static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
