@@ -675,8 +675,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   // column of every (threads / pieces)-th row: its copies' sources then differ by one 32-bit wide multiply
   // and their destinations by constants (64-bit index arithmetic for each piece was two fifths
   // of the kernel's instructions).
-  static_assert(kMmaChunk * kPieces % (kMmaWarps * 32) == 0);
   constexpr int kThreads = kMmaWarps * 32;
+  static_assert(kMmaChunk * kPieces % kThreads == 0);
   const uint32_t row_bytes = static_cast<uint32_t>(nkv * kHd * sizeof(float));  // every kv head of a position
   auto piece = [&](int n) -> int2 {  // the row and column of this thread's n-th piece
     if constexpr (kThreads % kPieces == 0) return {tid / kPieces + n * (kThreads / kPieces), tid % kPieces};
@@ -744,6 +744,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     if (more) set_rows(j0 + stride, next);
     __syncthreads();  // K is read, the scores and the next rows are written
     if (more) request(kc, next, ks, kp);
+    static_assert(kMmaChunk == 32, "the softmax's groups of 16 lanes hold a chunk's positions");
     if (tid < kMmaRows / 2 * kMmaChunk / 2) {
       // Running softmax: a thread a quad (rows g, g + 8; positions p, p + 1), 16 lanes rows g and
       // g + 8 in position order; P's parts go to the first two warps' scores.
