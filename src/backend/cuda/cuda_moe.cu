@@ -431,28 +431,29 @@ __global__ void __launch_bounds__(128, 5)
                              const float* __restrict__ weights, int64_t k, const float* __restrict__ shared_logit,
                              const float* __restrict__ h, float* __restrict__ out) {
   grid_dependency_wait();
-  const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, n_units = F / kUnit;
-  const int64_t slots = k + (down.shared.data ? 1 : 0), n_items = slots * n_units;
+  const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R;
+  // Item arithmetic in 32 bits (a 64-bit division an item, and spills, before).
+  const int n_units = static_cast<int>(F / kUnit), slots = static_cast<int>(k) + (down.shared.data ? 1 : 0);
+  const int n_items = slots * n_units;
   float acc[R] = {};
-  for (int64_t base = threadIdx.x; base < n_items; base += kAhead * blockDim.x) {
+  for (int base = threadIdx.x; base < n_items; base += kAhead * blockDim.x) {
     typename U::Raw raw[kAhead][R];
     float xs[kAhead][16];
     float wj[kAhead];
-    int64_t units[kAhead];
+    int units[kAhead];
     bool valid[kAhead];
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
-      const int64_t item = base + a * static_cast<int64_t>(blockDim.x);
-      const int64_t j = item < n_items ? item / n_units : 0, u = item < n_items ? item % n_units : 0;
+      const int item = base + a * static_cast<int>(blockDim.x);
+      const int j = item < n_items ? item / n_units : 0, u = item < n_items ? item % n_units : 0;
       const int64_t e = j < k ? ids[t * k + j] : -1;
       valid[a] = item < n_items && (j == k || (e >= 0 && e < E));
       units[a] = u;
+      // Row n0 of the slot's matrix, the block's other rows a pitch apart.
+      const uint8_t* first = valid[a] ? slot_row(down, j, k, e, E, H, n0) : down.routed.data;
+      const uint64_t pitch = j == k ? down.shared.pitch : down.routed.pitch;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int64_t row = n0 + r < H ? n0 + r : n0;
-        const uint8_t* src = valid[a] ? slot_row(down, j, k, e, E, H, row) : down.routed.data;
-        raw[a][r] = U::fetch(src, u, F);
-      }
+      for (int r = 0; r < R; ++r) raw[a][r] = U::fetch(n0 + r < H ? first + r * pitch : first, u, F);
       int64_t x0, x1;
       U::runs(u, x0, x1);
       FloatX{h + (t * slots + j) * F, F}.load(0, x0, x1, xs[a]);
