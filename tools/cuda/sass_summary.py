@@ -6,9 +6,10 @@
 
 The csv holds one block per profiled launch: a "Kernel Name" row, a header row, then one row per
 SASS instruction (its address, text, executions, stall samples). Launches of the same kernel
-(the name up to its template arguments and parameters) are summed. Per kernel: warps (the
-executions of its first instruction, which every warp runs once), instructions executed per
-warp, the opcode mix, and the lines with the most stall samples and the most executions. With
+instantiation are summed; --kernel matches its name with template arguments, without
+namespaces or parameters. Per kernel: warps (the executions of its first instruction, which
+every warp runs once), instructions executed per warp, the opcode mix, and the lines with the
+most stall samples and the most executions. With
 --listing, every executed line of the matching kernels: executions, samples, SASS text.
 Sessions 40 and 41 (tools/cuda/NOTES.md) found 64-bit index arithmetic and spills this way.
 """
@@ -35,10 +36,16 @@ def launches(path):
         yield name, rows
 
 
-def short_name(name):
-    name = name.replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
-    name = re.sub(r"^void ", "", name)
-    return re.split(r"[<(]", name)[0].split("::")[-1]
+def label(name):
+    """The kernel's name with its template arguments, without namespaces and parameters."""
+    name = re.sub(r"^void ", "", name.replace("<unnamed>::", "").replace("(anonymous namespace)::", ""))
+    name = re.sub(r"\b(regolith|cuda)::", "", name)
+    depth = 0
+    for i, c in enumerate(name):  # cut at the parameter list: the first '(' outside template brackets
+        depth += {"<": 1, ">": -1}.get(c, 0)
+        if c == "(" and depth == 0:
+            return name[:i]
+    return name
 
 
 def number(text):
@@ -55,31 +62,28 @@ def opcode(sass):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
-    ap.add_argument("--kernel", default="", help="only kernels whose short name matches this regex")
+    ap.add_argument("--kernel", default="", help="only kernels whose name (with template arguments) matches this regex")
     ap.add_argument("--listing", action="store_true", help="print every executed SASS line")
     ap.add_argument("--top", type=int, default=8, help="lines shown by samples and by executions")
     a = ap.parse_args()
-    kernels = collections.OrderedDict()  # short name -> (launch count, summed rows by address order)
+    kernels = collections.OrderedDict()  # instantiation -> (launch count, summed rows by address order)
     for name, rows in launches(a.csv):
-        short = short_name(name)
-        if not re.search(a.kernel, short):
+        if not re.search(a.kernel, label(name)):
             continue
-        n, acc = kernels.get(short, (0, None))
-        if acc is None or len(acc) != len(rows):  # another instantiation: keep the first seen
-            if acc is not None:
-                continue
+        n, acc = kernels.get(label(name), (0, None))
+        if acc is None:
             acc = [{"sass": r.get("Source", ""), "exec": 0.0, "samples": 0.0} for r in rows]
         for line, r in zip(acc, rows):
             line["exec"] += number(r.get("Instructions Executed", ""))
             line["samples"] += number(r.get("Warp Stall Sampling (All Samples)", ""))
-        kernels[short] = (n + 1, acc)
+        kernels[label(name)] = (n + 1, acc)
     if not kernels:
         sys.exit("no kernel in the csv matches")
-    for short, (n, lines) in kernels.items():
+    for name, (n, lines) in kernels.items():
         total = sum(l["exec"] for l in lines)
         samples = sum(l["samples"] for l in lines)
         warps = lines[0]["exec"] if lines else 0
-        print(f"{short}: {n} launch(es), {len(lines)} SASS lines, {total / n:.0f} warp instructions a launch, "
+        print(f"{name}: {n} launch(es), {len(lines)} SASS lines, {total / n:.0f} warp instructions a launch, "
               f"{warps / n:.0f} warps, {total / warps if warps else 0:.0f} a warp, {samples:.0f} stall samples")
         mix = collections.Counter()
         for l in lines:
