@@ -400,11 +400,13 @@ __global__ void __launch_bounds__(128, 5)
                        const float* __restrict__ weights, int64_t k, const float* __restrict__ shared_logit,
                        const float* __restrict__ h, float* __restrict__ out) {
   grid_dependency_wait();
-  const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R, n_units = F / kUnit;
-  const int64_t slots = k + (down.shared.data ? 1 : 0);
+  const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R;
+  // Item arithmetic in 32 bits, as in expert_down_ahead_kernel (a 64-bit division an item before).
+  const int n_units = static_cast<int>(F / kUnit), slots = static_cast<int>(k) + (down.shared.data ? 1 : 0);
   float acc[R] = {};
-  for (int64_t item = threadIdx.x; item < slots * n_units; item += blockDim.x) {
-    const int64_t j = item / n_units, u = item % n_units, e = j < k ? ids[t * k + j] : -1;
+  for (int item = threadIdx.x; item < slots * n_units; item += blockDim.x) {
+    const int j = item / n_units, u = item % n_units;
+    const int64_t e = j < k ? ids[t * k + j] : -1;
     if (j < k && (e < 0 || e >= E)) continue;
     const uint8_t* rows[R];
 #pragma unroll
