@@ -337,23 +337,22 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 8)
   const int64_t pair = t * slots + j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGateUpRows + warp;  // pass p's row: n0 + p·kGateUpWarps
-  if (j == k)  // the shared expert's rows do not wait for the routing
+  // The warp's rows of slot j's expert e into L2, every pass's.
+  const auto prefetch_rows = [&](int64_t e) {
+    const uint64_t gate_pitch = j == k ? gate.shared.pitch : gate.routed.pitch;
+    const uint64_t up_pitch = j == k ? up.shared.pitch : up.routed.pitch;
 #pragma unroll
     for (int p = 0; p < kGateUpPasses; ++p)
       if (const int64_t n = n0 + p * kGateUpWarps; n < F) {
-        prefetch_l2(slot_row(gate, j, k, -1, E, F, n), gate.shared.pitch, lane, 32);
-        prefetch_l2(slot_row(up, j, k, -1, E, F, n), up.shared.pitch, lane, 32);
+        prefetch_l2(slot_row(gate, j, k, e, E, F, n), gate_pitch, lane, 32);
+        prefetch_l2(slot_row(up, j, k, e, E, F, n), up_pitch, lane, 32);
       }
+  };
+  if (j == k) prefetch_rows(-1);  // the shared expert's rows do not wait for the routing
   grid_dependency_wait();
   const int64_t e = slot_expert<kPerLane>(routing, E, k, t, j);
   const bool valid = j == k || (e >= 0 && e < E);  // the same for the whole block
-  if (j < k && valid)
-#pragma unroll
-    for (int p = 0; p < kGateUpPasses; ++p)
-      if (const int64_t n = n0 + p * kGateUpWarps; n < F) {
-        prefetch_l2(slot_row(gate, j, k, e, E, F, n), gate.routed.pitch, lane, 32);
-        prefetch_l2(slot_row(up, j, k, e, E, F, n), up.routed.pitch, lane, 32);
-      }
+  if (j < k && valid) prefetch_rows(e);
   const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
   const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
   // The FP64 SiLU by one thread a row, not by lane 0 of every warp (each of its instructions a
