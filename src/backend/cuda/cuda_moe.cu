@@ -324,11 +324,16 @@ __device__ int64_t slot_expert(const SlotRouting& routing, int64_t E, int64_t k,
 // the slot's expert is known: half the blocks of one pair a warp, so the model's 880 blocks run as
 // one wave on an H200 (1,760 took 1.7) and each slot is routed by half as many blocks. H200,
 // paired, three rounds: decode 247.2 / 250.1 / 252.3 -> 252.9 / 250.9 / 255.1 tok/s (+1.2%).
-constexpr int kGateUpWarps = 4, kGateUpPasses = 2, kGateUpRows = kGateUpWarps * kGateUpPasses;
+// Blocks of 16 warps (2 an SM at 64 registers): a block's 32 rows are one Q8_0 chunk of h, which
+// its first warp quantizes for the down kernel when h8 is given (F a multiple of 32), and then
+// writes instead of h.
+constexpr int kGateUpWarps = 16, kGateUpPasses = 2, kGateUpRows = kGateUpWarps * kGateUpPasses;
+static_assert(kGateUpRows == 32, "a gate/up block's rows are one Q8_0 chunk of h");
 template <int kPerLane>
-__global__ void __launch_bounds__(32 * kGateUpWarps, 8)
+__global__ void __launch_bounds__(32 * kGateUpWarps, 2)
     expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E, SlotRouting routing,
-                          int64_t k, const float* __restrict__ x, ExpertX8 x8, float* __restrict__ h) {
+                          int64_t k, const float* __restrict__ x, ExpertX8 x8, float* __restrict__ h,
+                          QuantizeTarget h8) {
   // Slots run last to first (blockIdx.y = t·slots + slots-1-j): the blocks that start first (in
   // index order) take the shared slot, which does not route, and the slots that pick the most
   // experts, so that the second wave of blocks holds the quickest routing. Slots first to last,
@@ -377,9 +382,13 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 8)
     if (lane == 0) gu[0][p * kGateUpWarps + warp] = g, gu[1][p * kGateUpWarps + warp] = u;
   }
   __syncthreads();
+  if (threadIdx.x >= kGateUpRows) return;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGateUpRows + threadIdx.x;
-  if (threadIdx.x < kGateUpRows && row < F)
-    h[pair * F + row] = valid ? static_cast<float>(silu_d(gu[0][threadIdx.x]) * gu[1][threadIdx.x]) : 0.0f;
+  const float v = valid && row < F ? static_cast<float>(silu_d(gu[0][threadIdx.x]) * gu[1][threadIdx.x]) : 0.0f;
+  if (h8.codes)
+    quantize_q8_0_value(v, pair * (F / 32) + blockIdx.x, h8.codes, h8.scales);
+  else if (row < F)
+    h[pair * F + row] = v;
 }
 
 // The weight of slot j of token t in the down kernels: its routing weight, or for the shared slot
@@ -438,12 +447,13 @@ __global__ void __launch_bounds__(128, 5)
 // before it adds the first, where the generic kernel's branch on each item's type keeps one in
 // flight at a time. An item's results are added in the same order, so the sums are the same. H200,
 // paired: 2 items ahead +1% to +3% tok/s, 1 (the type alone) +1.7%, 3 -4% (spills at 96 registers);
-// its rows staged in shared memory by cp.async instead lost 3%.
-template <typename U, int R, int kAhead>
+// its rows staged in shared memory by cp.async instead lost 3%. h is read through X: FloatX on h,
+// or Int8X on its Q8_0 codes (U an Int8Unit), pair p's values at row p of ld F.
+template <typename U, int R, int kAhead, typename X>
 __global__ void __launch_bounds__(128, 5)
     expert_down_ahead_kernel(SlotMatrices down, int64_t F, int64_t H, int64_t E, const int32_t* __restrict__ ids,
                              const float* __restrict__ weights, int64_t k, const float* __restrict__ shared_logit,
-                             const float* __restrict__ h, float* __restrict__ out) {
+                             X h, float* __restrict__ out) {
   grid_dependency_wait();
   const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R;
   // Item arithmetic in 32 bits (a 64-bit division an item, and spills, before).
@@ -452,7 +462,7 @@ __global__ void __launch_bounds__(128, 5)
   float acc[R] = {};
   for (int base = threadIdx.x; base < n_items; base += kAhead * blockDim.x) {
     typename U::Raw raw[kAhead][R];
-    float xs[kAhead][16];
+    typename ActivationOf<U>::type xs[kAhead];
     float wj[kAhead];
     int units[kAhead];
     bool valid[kAhead];
@@ -470,7 +480,7 @@ __global__ void __launch_bounds__(128, 5)
       for (int r = 0; r < R; ++r) raw[a][r] = U::fetch(n0 + r < H ? first + r * pitch : first, u, F);
       int64_t x0, x1;
       U::runs(u, x0, x1);
-      FloatX{h + (t * slots + j) * F, F}.load(0, x0, x1, xs[a]);
+      h.from_token(t * slots + j).load(0, x0, x1, xs[a]);
       wj[a] = valid[a] ? slot_weight(j, k, t, weights, shared_logit) : 0.0f;
     }
 #pragma unroll
@@ -682,6 +692,17 @@ bool fits_decode_kernels(const DeviceMatrix& g, const DeviceMatrix& u, const Dev
   return g.type == u.type && g.row_bytes == u.row_bytes && has_unit_loader(g.type, H) && has_unit_loader(d.type, F);
 }
 
+// Whether the down kernel reads h as the Q8_0 codes the gate/up kernel writes: routed and shared
+// down rows Q8_0 on int8 activations, h in whole chunks. Experiment switch REGOLITH_XH8=0: FP32 h.
+bool down_reads_h8(const CudaBackend& be, const DeviceMatrix& md, const DeviceMatrix* sd, int64_t F) {
+  static const bool on = [] {
+    const char* v = std::getenv("REGOLITH_XH8");
+    return !v || std::string_view(v) != "0";
+  }();
+  return on && F % 32 == 0 && be.int8_decode(GgmlType::Q8_0) && md.type == GgmlType::Q8_0 &&
+         (!sd || sd->type == GgmlType::Q8_0);
+}
+
 // The largest expert count the gate/up kernel routes itself: 16 logits a lane in registers.
 constexpr int64_t kMaxExpertsRoutedInGateUp = 512;
 
@@ -690,14 +711,14 @@ constexpr int64_t kMaxExpertsRoutedInGateUp = 512;
 void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix& mu, const DeviceMatrix& md,
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
                 int64_t E, int64_t T, const SlotRouting& routing, int64_t k, const float* shared_logit,
-                const float* x, const ExpertX8& x8, float* h, float* out) {
+                const float* x, const ExpertX8& x8, float* h, QuantizeTarget h8, float* out) {
   // Down: four rows per block.
   constexpr int kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
   const auto gate_up = [&](auto kernel) {
-    launch(stream, "expert_gate_up_kernel", kernel, dim3(blocks_for(F, kGateUpRows), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, routing, k, x, x8, h);
+    launch(stream, "expert_gate_up_kernel", kernel, dim3(blocks_for(F, kGateUpRows), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, routing, k, x, x8, h, h8);
   };
   if (!routing.logits)
     gate_up(expert_gate_up_kernel<0>);
@@ -709,9 +730,13 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
     fail("cuda moe: ", E, " experts are too many to route in the gate/up kernel");
   const dim3 down_grid(blocks_for(H, kDownRows), static_cast<unsigned>(T));
   const int down_threads = gemv_threads(slots * (F / kUnit));
-  if (!sd || sd->type == md.type) {
+  if (h8.codes) {
+    using U = Int8Unit<GgmlType::Q8_0>;
+    const Int8X h8x{{h8.codes, h8.scales}, F};
+    launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h8x, out);
+  } else if (!sd || sd->type == md.type) {
     dispatch_unit(md.type, [&](auto unit) {
-      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h, out);
+      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2, FloatX>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, FloatX{h, F}, out);
     });
   } else {
     launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h, out);
@@ -825,8 +850,9 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   if (T <= kMatvecMaxTokens && fits_decode_kernels(mg, mu, md, H, F)) {
     Tensor h = scratch_f32(pairs * F);
     const ExpertX8Buffers x8 = expert_x8(*this, {mg.type}, a.x->f32(), T, H, true);
+    QuantizedActivations h8 = down_reads_h8(*this, md, nullptr, F) ? q8_scratch(pairs * F) : QuantizedActivations{};
     moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, {a.ids->i32(), a.weights->f32(), nullptr}, k, nullptr,
-               a.x->f32(), x8.view(), h.f32(), a.out->f32());
+               a.x->f32(), x8.view(), h.f32(), h8.target(), a.out->f32());
     return;
   }
   Tensor dn = scratch_f32(pairs * H);
@@ -891,8 +917,9 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   }
   const bool route_in_gate_up = E <= kMaxExpertsRoutedInGateUp;
   if (!route_in_gate_up) moe_route(*a.logits, k, ids, weights);
+  QuantizedActivations h8 = down_reads_h8(*this, md, &sd, F) ? q8_scratch((k + 1) * T * F) : QuantizedActivations{};
   moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, {ids.i32(), weights.f32(), route_in_gate_up ? a.logits->f32() : nullptr},
-             k, s.f32(), a.x->f32(), x8.view(), h.f32(), a.out->f32());
+             k, s.f32(), a.x->f32(), x8.view(), h.f32(), h8.target(), a.out->f32());
 }
 
 }  // namespace regolith::cuda
