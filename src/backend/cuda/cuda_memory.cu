@@ -129,7 +129,9 @@ CudaBackend::CudaBackend(bool int8_products)
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
   const bool programmatic = major >= 9 && !env_is("REGOLITH_CUDA_PDL", "0");
   if (env_is("REGOLITH_CUDA_GRAPHS", "1")) {
-    recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic);
+    const char* piece = std::getenv("REGOLITH_XSEGMENT");  // experiment: the longest piece
+    recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic,
+                                               piece ? std::strtoul(piece, nullptr, 10) : 0);
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_step_graph.cuh"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,21 +11,27 @@ namespace regolith::cuda {
 
 namespace {
 
-constexpr size_t kMaxGraphs = 8;  // graphs kept per stream (decode, a pooling step, prefill chunks, ...)
+// Graphs kept per stream (decode, a pooling step, prefill chunks, ...; in pieces, each piece).
+constexpr size_t kMaxGraphs = 8, kMaxPieceGraphs = 64;
+constexpr size_t kFirstPiece = 4;
 constexpr size_t kArgAlign = 16;
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic)
-    : stream_(stream), report_(report), programmatic_(programmatic) {}
+StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece)
+    : stream_(stream),
+      report_(report),
+      programmatic_(programmatic),
+      max_piece_(max_piece),
+      piece_size_(std::min(kFirstPiece, max_piece)) {}
 
 StepRecorder::~StepRecorder() {
   if (report_ && built_ + reused_ > 0)
     std::fprintf(stderr,
-                 "cuda step graphs: %lld built, %lld reused; %.1f nodes and %.1f parameter updates per submit, "
-                 "%.1f us of host time per submit\n",
+                 "cuda step graphs: %lld built, %lld reused; %.1f nodes and %.1f parameter updates per graph, "
+                 "%.1f us of host time per graph\n",
                  static_cast<long long>(built_), static_cast<long long>(reused_),
                  static_cast<double>(nodes_) / static_cast<double>(built_ + reused_),
                  static_cast<double>(updated_) / static_cast<double>(built_ + reused_),
@@ -50,6 +57,7 @@ void StepRecorder::kernel(const void* func, dim3 grid, dim3 block, size_t smem, 
   n.args_end = static_cast<uint32_t>(pending_args_.size());
   pending_shape_ = mix(mix(pending_shape_, Node::Kernel), reinterpret_cast<uintptr_t>(func));
   pending_.push_back(std::move(n));
+  recorded();
 }
 
 void StepRecorder::memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -58,6 +66,7 @@ void StepRecorder::memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKi
   n.dst = dst, n.src = src, n.bytes = bytes, n.copy_kind = kind;
   pending_shape_ = mix(mix(pending_shape_, Node::Memcpy), kind);
   pending_.push_back(std::move(n));
+  recorded();
 }
 
 void StepRecorder::memset(void* dst, size_t bytes) {
@@ -66,6 +75,14 @@ void StepRecorder::memset(void* dst, size_t bytes) {
   n.dst = dst, n.bytes = bytes;
   pending_shape_ = mix(pending_shape_, Node::Memset);
   pending_.push_back(std::move(n));
+  recorded();
+}
+
+void StepRecorder::recorded() {
+  if (max_piece_ == 0 || pending_.size() < piece_size_) return;
+  launch_pending();
+  ++piece_;
+  piece_size_ = std::min(2 * piece_size_, max_piece_);
 }
 
 bool StepRecorder::same_shape(const std::vector<Node>& a, const std::vector<Node>& b) {
@@ -185,9 +202,15 @@ void StepRecorder::update(Graph& g) {
 }
 
 void StepRecorder::submit() {
-  if (pending_.empty()) return;
+  if (!pending_.empty()) launch_pending();
+  piece_ = 0;
+  piece_size_ = std::min(kFirstPiece, max_piece_);
+}
+
+void StepRecorder::launch_pending() {
   const auto t0 = std::chrono::steady_clock::now();
   nodes_ += static_cast<int64_t>(pending_.size());
+  pending_shape_ = mix(pending_shape_, piece_);
   auto it = graphs_.begin();
   while (it != graphs_.end() && !(it->shape == pending_shape_ && same_shape(it->nodes, pending_))) ++it;
   if (it != graphs_.end()) {
@@ -195,7 +218,7 @@ void StepRecorder::submit() {
     update(graphs_.front());
     ++reused_;
   } else {
-    if (graphs_.size() == kMaxGraphs) {
+    if (graphs_.size() == (max_piece_ ? kMaxPieceGraphs : kMaxGraphs)) {
       check(cudaStreamSynchronize(stream_), "graph retire");  // the oldest may still run
       cudaGraphExecDestroy(graphs_.back().exec);
       cudaGraphDestroy(graphs_.back().graph);

@@ -5,6 +5,9 @@
 // kernels, copies and fills in order); the next step with the same sequence reuses it, setting
 // new parameters only on the nodes whose arguments changed (the cache offsets of the position,
 // say), so a decode step costs the host a list of small records and the device no launch gaps.
+// With pieces (max_piece > 0) a step is sent while it is still being recorded: the first piece
+// after 4 nodes, then pieces twice as long up to max_piece nodes, so the device starts early and
+// the host records ahead of it; a piece's place in the step is part of its graph's key.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,8 +24,8 @@ class StepRecorder {
   // report: print the counters below on stderr when destroyed (REGOLITH_CUDA_PROFILE=1).
   // programmatic: a kernel that follows a kernel depends on it through a programmatic edge (the
   // graph form of programmatic dependent launch, cuda_launch.cuh), so it is scheduled while its
-  // predecessor still runs.
-  StepRecorder(cudaStream_t stream, bool report, bool programmatic);
+  // predecessor still runs. max_piece: the longest piece (0: a step is one graph).
+  StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -32,9 +35,9 @@ class StepRecorder {
   void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   void memset(void* dst, size_t bytes);
 
-  // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded).
+  // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded);
+  // the next node begins a new step.
   void submit();
-
 
  private:
   struct Node {
@@ -63,6 +66,8 @@ class StepRecorder {
   void build(Graph& g);
   void update(Graph& g);
   void kernel_params(const Node& n, const uint8_t* args, cudaKernelNodeParams& p, std::vector<void*>& ptrs) const;
+  void recorded();  // after each node: sends a full piece
+  void launch_pending();
 
   cudaStream_t stream_;
   std::vector<Node> pending_;
@@ -70,8 +75,10 @@ class StepRecorder {
   uint64_t pending_shape_ = 0;
   std::list<Graph> graphs_;  // most recently used first
   bool report_, programmatic_;
-  // Graphs built, submits that reused one, nodes submitted and nodes whose parameters had to be
-  // set, host seconds in submit().
+  size_t max_piece_, piece_size_;  // piece_size_: the length at which the current piece is sent
+  uint64_t piece_ = 0;             // the current piece's place in the step
+  // Graphs built, graph launches that reused one, nodes launched and nodes whose parameters had to
+  // be set, host seconds in launch_pending().
   int64_t built_ = 0, reused_ = 0, nodes_ = 0, updated_ = 0;
   double submit_seconds_ = 0;
 };
