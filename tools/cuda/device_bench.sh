@@ -4,8 +4,9 @@
 # gate/up Q4_K as issue 7 specifies; its experts are written with --repeat-experts, since
 # quantizing 64 distinct experts to Q4_K took about 6 minutes of device time)
 # and runs `regolith bench` on the CUDA backend at the depths in DEPTHS (default "0 8192"; depth 0
-# measures prefill at PREFILL, default "2048,8192", the others decode), with
-# step graphs off and, with GRAPHS=1, on. Each run has a time limit, so a slow one still leaves
+# measures prefill at PREFILL, default "2048,8192", the others decode), with the step graphs (the
+# default) and, with STREAM=1, also on the stream's launches (REGOLITH_CUDA_GRAPHS=0). Each run has
+# a time limit, so a slow one still leaves
 # the table so far. Output also goes to $OUT/bench.txt.
 #   tools/cuda/device_bench.sh [BUILD_DIR]
 source "$(dirname "$0")/run_env.sh"
@@ -25,7 +26,7 @@ if [ ! -f "$model" ]; then
 fi
 ls -l "$model"
 echo "mkmodel: $(($(date +%s) - t0)) s"
-bench() {  # depth, graphs (0/1)
+bench() {  # depth, graphs (1: the default, 0: the stream)
   local args=(-m "$model" --backend cuda -d "$1")
   if [ "$1" = 0 ]; then args+=(-p "${PREFILL:-2048,8192}" -n 128 -r 3); else args+=(-p 512 -n 128 -r "${DEEP_REPS:-2}" --fill-chunk 4096); fi
   echo "### depth $1, REGOLITH_CUDA_GRAPHS=$2" | tee -a "$out/bench.txt"
@@ -33,6 +34,6 @@ bench() {  # depth, graphs (0/1)
   echo "bench depth $1 graphs $2 done at $(($(date +%s) - t0)) s"
 }
 for depth in ${DEPTHS:-0 8192}; do
-  bench "$depth" 0
-  [ "${GRAPHS:-0}" = 1 ] && bench "$depth" 1
+  bench "$depth" 1
+  [ "${STREAM:-0}" = 1 ] && bench "$depth" 0
 done

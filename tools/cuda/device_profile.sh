@@ -3,7 +3,7 @@
 # wrote MODEL: device milliseconds per op and per op/kernel (REGOLITH_CUDA_PROFILE=1) over one
 # prefill of PROMPT tokens (default 2048) and 64 decode steps, for one-token and multi-token calls,
 # then the same with step graphs (REGOLITH_CUDA_GRAPHS=1: no op times, but the graphs'
-# counters: built, reused, parameter updates and host time per submit). Output also goes to
+# counters: built, reused, parameter updates and host time per graph). Output also goes to
 # $OUT/profile.txt.
 #   tools/cuda/device_profile.sh [BUILD_DIR] [MODEL]
 source "$(dirname "$0")/run_env.sh"

@@ -204,14 +204,15 @@ class CudaBackend final : public Backend {
   };
   Q8Output q8_output_;  // q8_output's, until dropped
 
-  // Step graphs (REGOLITH_CUDA_GRAPHS=1): the stream records its work (cuda_step_graph.cuh), and
-  // everything queued between two host waits (a decode step: the ops from one logits read to the
-  // next) goes to the device as one graph, reused while the sequence of kernels stays the same.
-  // Host waits and direct transfers (pageable uploads, weight uploads) call flush() first.
+  // Step graphs (unless REGOLITH_CUDA_GRAPHS=0): the stream records its work
+  // (cuda_step_graph.cuh), and everything queued between two host waits (a decode step: the ops
+  // from one logits read to the next) goes to the device as graphs in pieces, each reused while its
+  // sequence of kernels stays the same. Host waits and direct transfers (pageable uploads, weight
+  // uploads) call flush() first.
   void flush();
   std::unique_ptr<StepRecorder> recorder_;
 
-  OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (not with step graphs): device time per op
+  OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (on the stream, not with step graphs): device time per op
 };
 
 }  // namespace regolith::cuda

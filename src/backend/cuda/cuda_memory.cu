@@ -104,12 +104,29 @@ bool env_is(const char* name, std::string_view value) {
   return v && std::string_view(v) == value;
 }
 
+// Step graphs unless REGOLITH_CUDA_GRAPHS=0, or REGOLITH_CUDA_PROFILE=1 alone (its op times need
+// the stream's launches).
+bool step_graphs_wanted() {
+  return !env_is("REGOLITH_CUDA_GRAPHS", "0") &&
+         (!env_is("REGOLITH_CUDA_PROFILE", "1") || env_is("REGOLITH_CUDA_GRAPHS", "1"));
+}
+
+// The longest piece of a step graph: REGOLITH_CUDA_GRAPH_PIECE (tests send pieces of 8), else 128.
+// H200, decode paired in one call, three rounds: the stream 251.0 / 250.5 / 249.3 tok/s; pieces of
+// 32: 248.9 / 243.1 / 241.7; 64: 248.9 / 254.6 / 253.1; 128: 253.3 / 255.7 / 256.1. In another
+// call 128: 261.8 / 260.5 / 259.7, 256: 261.7 / 253.8 / 256.0, 512: 262.0 / 255.3 / 254.2.
+size_t graph_piece_nodes() {
+  const char* v = std::getenv("REGOLITH_CUDA_GRAPH_PIECE");
+  const unsigned long n = v ? std::strtoul(v, nullptr, 10) : 0;
+  return n > 0 ? n : 128;
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(bool int8_products)
     : int8_products_(int8_products),
       pool_(std::make_shared<DevicePool>()),
-      profiler_(env_is("REGOLITH_CUDA_PROFILE", "1") && !env_is("REGOLITH_CUDA_GRAPHS", "1")) {
+      profiler_(env_is("REGOLITH_CUDA_PROFILE", "1") && !step_graphs_wanted()) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
@@ -128,10 +145,9 @@ CudaBackend::CudaBackend(bool int8_products)
   int major = 0;
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
   const bool programmatic = major >= 9 && !env_is("REGOLITH_CUDA_PDL", "0");
-  if (env_is("REGOLITH_CUDA_GRAPHS", "1")) {
-    const char* piece = std::getenv("REGOLITH_XSEGMENT");  // experiment: the longest piece
+  if (step_graphs_wanted()) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic,
-                                               piece ? std::strtoul(piece, nullptr, 10) : 0);
+                                               graph_piece_nodes());
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");

@@ -11,8 +11,8 @@ namespace regolith::cuda {
 
 namespace {
 
-// Graphs kept per stream (decode, a pooling step, prefill chunks, ...; in pieces, each piece).
-constexpr size_t kMaxGraphs = 8, kMaxPieceGraphs = 64;
+// Graphs kept per stream: the pieces of decode, a pooling step, prefill chunks, ...
+constexpr size_t kMaxGraphs = 64;
 constexpr size_t kFirstPiece = 4;
 constexpr size_t kArgAlign = 16;
 
@@ -24,8 +24,8 @@ StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, 
     : stream_(stream),
       report_(report),
       programmatic_(programmatic),
-      max_piece_(max_piece),
-      piece_size_(std::min(kFirstPiece, max_piece)) {}
+      max_piece_(std::max<size_t>(max_piece, 1)),
+      piece_size_(std::min(kFirstPiece, max_piece_)) {}
 
 StepRecorder::~StepRecorder() {
   if (report_ && built_ + reused_ > 0)
@@ -79,7 +79,7 @@ void StepRecorder::memset(void* dst, size_t bytes) {
 }
 
 void StepRecorder::recorded() {
-  if (max_piece_ == 0 || pending_.size() < piece_size_) return;
+  if (pending_.size() < piece_size_) return;
   launch_pending();
   ++piece_;
   piece_size_ = std::min(2 * piece_size_, max_piece_);
@@ -218,7 +218,7 @@ void StepRecorder::launch_pending() {
     update(graphs_.front());
     ++reused_;
   } else {
-    if (graphs_.size() == (max_piece_ ? kMaxPieceGraphs : kMaxGraphs)) {
+    if (graphs_.size() == kMaxGraphs) {
       check(cudaStreamSynchronize(stream_), "graph retire");  // the oldest may still run
       cudaGraphExecDestroy(graphs_.back().exec);
       cudaGraphDestroy(graphs_.back().graph);

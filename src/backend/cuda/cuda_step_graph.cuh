@@ -1,13 +1,13 @@
 // Step graphs: the work queued on a stream between two host waits (for decode, one token's forward
 // pass, from one logits read to the next) is recorded instead of launched (cuda_launch.cuh: the
-// recorder is attached to its stream with set_hooks), then
-// submitted as one CUDA graph. A graph is built and instantiated once per sequence of nodes (the
-// kernels, copies and fills in order); the next step with the same sequence reuses it, setting
-// new parameters only on the nodes whose arguments changed (the cache offsets of the position,
-// say), so a decode step costs the host a list of small records and the device no launch gaps.
-// With pieces (max_piece > 0) a step is sent while it is still being recorded: the first piece
-// after 4 nodes, then pieces twice as long up to max_piece nodes, so the device starts early and
-// the host records ahead of it; a piece's place in the step is part of its graph's key.
+// recorder is attached to its stream with set_hooks) and sent as CUDA graphs, in pieces while it
+// is still being recorded: the first piece after 4 nodes, then pieces twice as long up to
+// max_piece nodes, so that the device starts early and the host records ahead of it (a whole step
+// recorded before its graph started ran slower than the stream). A graph is built and
+// instantiated once per sequence of nodes (the kernels, copies and fills in order) at a place in
+// the step; the next step with the same sequence there reuses it, setting new parameters only on
+// the nodes whose arguments changed (the cache offsets of the position, say), so a decode step
+// costs the host a list of small records and the device few launch gaps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +24,7 @@ class StepRecorder {
   // report: print the counters below on stderr when destroyed (REGOLITH_CUDA_PROFILE=1).
   // programmatic: a kernel that follows a kernel depends on it through a programmatic edge (the
   // graph form of programmatic dependent launch, cuda_launch.cuh), so it is scheduled while its
-  // predecessor still runs. max_piece: the longest piece (0: a step is one graph).
+  // predecessor still runs. max_piece: the longest piece, in nodes (at least 1).
   StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
@@ -35,8 +35,8 @@ class StepRecorder {
   void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   void memset(void* dst, size_t bytes);
 
-  // Sends what was recorded to the stream as one graph launch (nothing when nothing was recorded);
-  // the next node begins a new step.
+  // Sends what is recorded and not yet sent (nothing when nothing is); the next node begins a new
+  // step.
   void submit();
 
  private:
