@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,7 +42,15 @@ class OpProfiler {
   // Ops begun so far (OpScope counts every op, profile on or off): the backend tells by it whether
   // any op ran between two others.
   uint64_t ops_begun() const { return ops_begun_; }
-  void count_op() { ++ops_begun_; }
+  // fn runs as an op over more than `tokens` tokens begins, before it queues any work.
+  void on_op_over(int64_t tokens, std::function<void()> fn) {
+    over_tokens_ = tokens;
+    on_op_over_ = std::move(fn);
+  }
+  void count_op(int64_t T) {
+    ++ops_begun_;
+    if (T > over_tokens_ && on_op_over_) on_op_over_();
+  }
 
  private:
   struct Span {
@@ -64,13 +73,15 @@ class OpProfiler {
   std::vector<cudaEvent_t> spare_;
   std::map<std::string, Total> totals_[2][2];  // [kernel?][decode?]
   uint64_t ops_begun_ = 0;
+  int64_t over_tokens_ = 0;
+  std::function<void()> on_op_over_;
 };
 
 // Brackets one op: `OpScope scope(profiler_, "mul_mat", T, stream_);` at the top of every op.
 class OpScope {
  public:
   OpScope(OpProfiler& p, const char* name, int64_t T, cudaStream_t stream, int64_t tag = 0) : p_(p), stream_(stream) {
-    p_.count_op();
+    p_.count_op(T);
     if (p_.enabled()) p_.begin(name, T, tag, stream_);
   }
   ~OpScope() {
