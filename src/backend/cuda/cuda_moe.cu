@@ -315,18 +315,18 @@ __device__ int64_t slot_expert(const SlotRouting& routing, int64_t E, int64_t k,
 // A routed slot with an invalid id gets zeros. A warp per row (a row of K = 2560 gives each lane 5
 // units) decoded 7% faster on an H200 than two rows per 128-thread block, which left three
 // quarters of the threads a single unit and paid a block reduction (114.8 -> 123.3 tok/s).
-// At most 64 registers (8 blocks an SM; the compiler's choice was 72, 7 blocks): decode 143.6 /
-// 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
+// At most 64 registers (then 8 blocks of 4 warps an SM; the compiler's choice was 72, 7 blocks):
+// decode 143.6 / 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
 // an int8 unit reads x8 when it holds x in that unit's format, else x; Q4_K rows on Q8_K x take
 // q4k_row_pair_dots instead of the units (decode 221.1 -> 225.4 tok/s on an H200).
 // With kPerLane > 0 the block routes its slot itself from the router's logits (slot_expert).
 // A warp takes kGateUpPasses row pairs, one after the other, all of them prefetched into L2 once
-// the slot's expert is known: half the blocks of one pair a warp, so the model's 880 blocks run as
-// one wave on an H200 (1,760 took 1.7) and each slot is routed by half as many blocks. H200,
-// paired, three rounds: decode 247.2 / 250.1 / 252.3 -> 252.9 / 250.9 / 255.1 tok/s (+1.2%).
-// Blocks of 16 warps (2 an SM at 64 registers): a block's 32 rows are one Q8_0 chunk of h, which
-// its first warp quantizes for the down kernel when h8 is given (F a multiple of 32), and then
-// writes instead of h.
+// the slot's expert is known: half the blocks of one pair a warp, so the model's blocks ran as one
+// wave on an H200 (880 blocks of 4 warps; 1,760 took 1.7) and each slot is routed by half as many
+// blocks. H200, paired, three rounds: decode 247.2 / 250.1 / 252.3 -> 252.9 / 250.9 / 255.1 tok/s.
+// Blocks of 16 warps (2 an SM at 64 registers; the model's 220 blocks are one wave): a block's 32
+// rows are one Q8_0 chunk of h, which its first warp quantizes for the down kernel when h8 is given
+// (F a multiple of 32) and writes instead of h (down_reads_h8).
 constexpr int kGateUpWarps = 16, kGateUpPasses = 2, kGateUpRows = kGateUpWarps * kGateUpPasses;
 static_assert(kGateUpRows == 32, "a gate/up block's rows are one Q8_0 chunk of h");
 template <int kPerLane>
