@@ -11,8 +11,10 @@ namespace regolith::cuda {
 
 namespace {
 
-// Graphs kept per stream: the pieces of decode, a pooling step, prefill chunks, ...
-constexpr size_t kMaxGraphs = 64;
+// Graphs kept per stream: a decode step's pieces (about 15 for the benchmark model), for each
+// sequence of kernels that decode takes (sessions at other context lengths, drafts, verifying
+// steps). A full list drains the stream before it drops one.
+constexpr size_t kMaxGraphs = 256;
 constexpr size_t kFirstPiece = 4;
 constexpr size_t kArgAlign = 16;
 
