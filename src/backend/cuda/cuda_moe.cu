@@ -316,9 +316,9 @@ __device__ int64_t slot_expert(const SlotRouting& routing, int64_t E, int64_t k,
 // units) decoded 7% faster on an H200 than two rows per 128-thread block, which left three
 // quarters of the threads a single unit and paid a block reduction (114.8 -> 123.3 tok/s).
 // At most 64 registers (then 8 blocks of 4 warps an SM; the compiler's choice was 72, 7 blocks):
-// decode 143.6 / 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot whose rows have
-// an int8 unit reads x8 when it holds x in that unit's format, else x; Q4_K rows on Q8_K x take
-// q4k_row_pair_dots instead of the units (decode 221.1 -> 225.4 tok/s on an H200).
+// decode 143.6 / 144.8 -> 145.6 tok/s on an H200, 151.6 with the down kernel's cap below. A slot
+// whose rows have an int8 unit reads x8 when it holds x in that unit's format, else x; Q4_K rows on
+// Q8_K x take q4k_row_pair_dots instead of the units (decode 221.1 -> 225.4 tok/s on an H200).
 // With kPerLane > 0 the block routes its slot itself from the router's logits (slot_expert).
 // A warp takes kGateUpPasses row pairs, one after the other, all of them prefetched into L2 once
 // the slot's expert is known: half the blocks of one pair a warp, so the model's blocks ran as one
