@@ -216,6 +216,8 @@ class CudaBackend final : public Backend {
   // graphs, 5,896 on the stream; pp2048 −1.5% with three runs). read() records again.
   void leave_graphs();
   void resume_graphs();
+  // The stream's hooks: the recorder when `record`, else programmatic launches (and the profiler).
+  void attach_hooks(bool record);
   std::unique_ptr<StepRecorder> recorder_;
   bool recording_ = false, programmatic_ = false;
 

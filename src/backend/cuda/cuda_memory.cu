@@ -148,14 +148,13 @@ CudaBackend::CudaBackend(bool int8_products)
   if (step_graphs_wanted()) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic_,
                                                graph_piece_nodes());
-    recording_ = true;
     profiler_.on_op_over(kMatvecMaxTokens, [this] { leave_graphs(); });
     pool_->before_release = [this] {
       flush();
       check(cudaStreamSynchronize(stream_), "release of cached buffers");
     };
   }
-  set_hooks(stream_, {recorder_.get(), profiler_.enabled() ? &profiler_ : nullptr, programmatic_ && !recorder_});
+  attach_hooks(recorder_ != nullptr);
 }
 
 CudaBackend::~CudaBackend() {
@@ -182,20 +181,23 @@ void CudaBackend::flush() {
   if (recorder_) recorder_->submit();
 }
 
+void CudaBackend::attach_hooks(bool record) {
+  recording_ = record;
+  set_hooks(stream_, {record ? recorder_.get() : nullptr, profiler_.enabled() ? &profiler_ : nullptr,
+                      programmatic_ && !record});
+}
+
 void CudaBackend::leave_graphs() {
   if (!recording_) return;
   recorder_->submit();
   // Drained, so that the stream's first programmatic launch follows no graph (a prefill step's
   // first ops: microseconds).
   check(cudaStreamSynchronize(stream_), "step graphs before a prefill (a kernel before it failed)");
-  set_hooks(stream_, {nullptr, nullptr, programmatic_});
-  recording_ = false;
+  attach_hooks(false);
 }
 
 void CudaBackend::resume_graphs() {
-  if (!recorder_ || recording_) return;
-  set_hooks(stream_, {recorder_.get(), nullptr, false});
-  recording_ = true;
+  if (recorder_ && !recording_) attach_hooks(true);
 }
 
 Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero) {
