@@ -68,15 +68,16 @@ def main():
     a = ap.parse_args()
     kernels = collections.OrderedDict()  # instantiation -> (launch count, summed rows by address order)
     for name, rows in launches(a.csv):
-        if not re.search(a.kernel, label(name)):
+        key = label(name)
+        if not re.search(a.kernel, key):
             continue
-        n, acc = kernels.get(label(name), (0, None))
+        n, acc = kernels.get(key, (0, None))
         if acc is None:
             acc = [{"sass": r.get("Source", ""), "exec": 0.0, "samples": 0.0} for r in rows]
         for line, r in zip(acc, rows):
             line["exec"] += number(r.get("Instructions Executed", ""))
             line["samples"] += number(r.get("Warp Stall Sampling (All Samples)", ""))
-        kernels[label(name)] = (n + 1, acc)
+        kernels[key] = (n + 1, acc)
     if not kernels:
         sys.exit("no kernel in the csv matches")
     for name, (n, lines) in kernels.items():
