@@ -70,12 +70,15 @@ def main():
     # there, so that kernels whose grid changes with the context (QSA splits) are not counted twice.
     # The grid's z (the splits) is left out of the key for the same reason.
     shares, durs, calls = [], [], []
-    totals, gaps = [], []
+    totals, gaps, idles = [], [], []
     for f in decode:
         share, dur, n = collections.Counter(), collections.Counter(), collections.Counter()
         prev_end = f[0][0]
+        idle = []  # the device idle inside the forward: a kernel starting after the last one ended
         for r in f:
             key = f"{r[5]} [{r[2][0]}x{r[2][1]}] {r[3]}t {r[4]}r"
+            if r[0] > prev_end:
+                idle.append(r[0] - prev_end)
             end = max(r[1], prev_end)
             share[key] += end - prev_end
             dur[key] += r[1] - r[0]
@@ -83,6 +86,7 @@ def main():
             prev_end = end
         shares.append(share), durs.append(dur), calls.append(n)
         totals.append(prev_end - f[0][0])
+        idles.append(idle)
     keys = set().union(*calls)
     med = lambda per_forward, k: statistics.median(c[k] for c in per_forward)
     per = {k: (med(shares, k), med(durs, k), max(c[k] for c in calls)) for k in keys}
@@ -92,6 +96,13 @@ def main():
     tot = statistics.median(totals)
     print(f"forward (first start to last end): median {tot / 1e3:.1f} us; gap to the next: median "
           f"{statistics.median(gaps) / 1e3 if gaps else 0:.1f} us")
+    # Idle stretches (a step graph's pieces start after the previous piece ended, without the
+    # programmatic overlap of kernels inside a piece or a stream).
+    idle_sum = statistics.median(sum(i) for i in idles)
+    idle_n = statistics.median(len(i) for i in idles)
+    long_idles = [x for i in idles for x in i if x > 1000]
+    print(f"device idle inside a forward: median {idle_sum / 1e3:.1f} us in {idle_n:.0f} stretches; stretches over 1 us: "
+          f"{len(long_idles) / len(idles):.1f} a forward, median {statistics.median(long_idles) / 1e3 if long_idles else 0:.2f} us")
     print(f"{'kernel [grid] threads regs':68s} {'calls':>5s} {'chain us':>9s} {'%':>5s} {'us/call':>8s} {'run us/call':>11s}")
     rows = sorted(per.items(), key=lambda kv: -kv[1][0])
     for k, (s, d, n) in rows[: a.top]:
