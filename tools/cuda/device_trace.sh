@@ -3,7 +3,7 @@
 # decode inside the real stream (kernel_trace.cpp, CUPTI), summarised by trace_summary.py: each
 # kernel's share of a one-token forward's chain and the gap between forwards. Traces of decode at
 # depth 0 (steps waiting for their logits, as `bench` times them), queued (back to back) and at
-# depth 32K; the raw traces go to $OUT/traces.tgz, the summaries to $OUT/trace-*.sum.txt (a device
+# depth 32K, with the host's runtime calls on the same clock; the raw traces go to $OUT/traces.tgz, the summaries to $OUT/trace-*.sum.txt (a device
 # call returns at most 8 files).
 #   tools/cuda/device_trace.sh [BUILD_DIR] [MODEL]
 source "$(dirname "$0")/run_env.sh"
@@ -28,4 +28,4 @@ trace() {  # NAME BENCH_ARGS...
 trace sync -p 0 -n 32
 [ "${QUEUED:-1}" = 1 ] && trace queued -p 0 -n 32 --queued
 [ "${DEEP:-1}" = 1 ] && trace d32k -p 0 -n 32 -d 32768 --fill-chunk 4096
-tar -C /tmp -czf "$out/traces.tgz" $(cd /tmp && ls trace-*.txt)
+tar -C /tmp -czf "$out/traces.tgz" $(cd /tmp && ls trace-*.txt trace-*.txt.api 2>/dev/null)

@@ -3,8 +3,11 @@
 // shows neither programmatic-launch overlap nor launch gaps). A CUDA injection library: the driver
 // loads it when CUDA_INJECTION64_PATH names it and calls InitializeInjection, which turns on CUPTI's
 // concurrent-kernel activity records (GPU start and end of every kernel, as the kernels overlap in
-// the real stream). At exit the records go to $KERNEL_TRACE_OUT as
-// "start_ns end_ns grid_x grid_y grid_z block_x registers name" lines, in start order.
+// the real stream), and CUDA runtime calls' host start and end on the same clock, so that a kernel
+// can be matched with the call that launched it (for a graph's kernels, the graph's launch). At
+// exit the kernels go to $KERNEL_TRACE_OUT as "start_ns end_ns grid_x grid_y grid_z block_x
+// registers correlation name" lines, in start order, and the runtime calls to $KERNEL_TRACE_OUT.api
+// as "start_ns end_ns callback_id correlation" lines.
 //   g++ -O2 -shared -fPIC -I$CUDA/include tools/cuda/kernel_trace.cpp -o /tmp/libkernel_trace.so \
 //       -L$CUDA/lib64 -lcupti
 //   CUDA_INJECTION64_PATH=/tmp/libkernel_trace.so KERNEL_TRACE_OUT=/tmp/trace.txt regolith bench ...
@@ -21,12 +24,17 @@ namespace {
 
 struct Record {
   uint64_t start, end;
-  uint32_t grid[3], block_x, registers;
+  uint32_t grid[3], block_x, registers, correlation;
   std::string name;
+};
+struct ApiRecord {
+  uint64_t start, end;
+  uint32_t callback, correlation;
 };
 
 std::mutex records_mutex;
 std::vector<Record> records;
+std::vector<ApiRecord> api_records;
 
 constexpr size_t kBufferBytes = 8 << 20;
 
@@ -40,11 +48,17 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* activity = nullptr;
   std::lock_guard<std::mutex> lock(records_mutex);
   while (cuptiActivityGetNextRecord(buffer, valid_bytes, &activity) == CUPTI_SUCCESS) {
+    if (activity->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(activity);
+      api_records.push_back({a->start, a->end, a->cbid, a->correlationId});
+      continue;
+    }
     if (activity->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(activity);
     records.push_back({k->start, k->end, {static_cast<uint32_t>(k->gridX), static_cast<uint32_t>(k->gridY),
                                           static_cast<uint32_t>(k->gridZ)},
-                       static_cast<uint32_t>(k->blockX), k->registersPerThread, k->name ? k->name : "?"});
+                       static_cast<uint32_t>(k->blockX), k->registersPerThread, k->correlationId,
+                       k->name ? k->name : "?"});
   }
   std::free(buffer);
 }
@@ -57,10 +71,16 @@ void write_records() {
   std::lock_guard<std::mutex> lock(records_mutex);
   std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.start < b.start; });
   for (const Record& r : records)
-    std::fprintf(f, "%llu %llu %u %u %u %u %u %s\n", static_cast<unsigned long long>(r.start),
+    std::fprintf(f, "%llu %llu %u %u %u %u %u %u %s\n", static_cast<unsigned long long>(r.start),
                  static_cast<unsigned long long>(r.end), r.grid[0], r.grid[1], r.grid[2], r.block_x, r.registers,
-                 r.name.c_str());
+                 r.correlation, r.name.c_str());
   std::fclose(f);
+  FILE* api = std::fopen((std::string(path ? path : "kernel_trace.txt") + ".api").c_str(), "w");
+  if (!api) return;
+  for (const ApiRecord& a : api_records)
+    std::fprintf(api, "%llu %llu %u %u\n", static_cast<unsigned long long>(a.start),
+                 static_cast<unsigned long long>(a.end), a.callback, a.correlation);
+  std::fclose(api);
 }
 
 }  // namespace
@@ -68,6 +88,7 @@ void write_records() {
 extern "C" int InitializeInjection() {
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 0;
   if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 0;
+  if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS) return 0;
   std::atexit(write_records);
   return 1;
 }
