@@ -3,9 +3,10 @@
 # decode inside the real stream (kernel_trace.cpp, CUPTI), summarised by trace_summary.py: each
 # kernel's share of a one-token forward's chain and the gap between forwards. Traces of decode at
 # depth 0 (steps waiting for their logits, as `bench` times them), queued (back to back) and at
-# depth 32K, with the host's runtime calls on the same clock; the raw traces go to $OUT/traces.tgz, the summaries to $OUT/trace-*.sum.txt (a device
-# call returns at most 8 files).
-#   tools/cuda/device_trace.sh [BUILD_DIR] [MODEL]
+# depth 32K; with HOST=1 the host's runtime calls too, on the same clock (they slow the host). The
+# raw traces go to $OUT/traces.tgz, the summaries to $OUT/trace-*.sum.txt (a device call returns at
+# most 8 files).
+#   tools/cuda/device_trace.sh [BUILD_DIR] [MODEL]   (env: QUEUED, DEEP, STEPS, HOST)
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
 build=${1:-/tmp/b}
@@ -19,7 +20,7 @@ g++ -O2 -shared -fPIC -I"$cuda/include" -I"$cuda/extras/CUPTI/include" tools/cud
 trace() {  # NAME BENCH_ARGS...
   local name=$1
   shift
-  CUDA_INJECTION64_PATH=/tmp/libkernel_trace.so KERNEL_TRACE_OUT="/tmp/trace-$name.txt" \
+  CUDA_INJECTION64_PATH=/tmp/libkernel_trace.so KERNEL_TRACE_OUT="/tmp/trace-$name.txt" KERNEL_TRACE_API="${HOST:-0}" \
     "$build/regolith" bench -m "$model" --backend cuda -r 1 "$@" >"$out/trace-$name.bench.txt" 2>&1
   grep "^| tg" "$out/trace-$name.bench.txt"
   python3 tools/cuda/trace_summary.py "/tmp/trace-$name.txt" --steps "${STEPS:-16}" >"$out/trace-$name.sum.txt"
