@@ -701,6 +701,17 @@ bool down_reads_h8(const CudaBackend& be, const DeviceMatrix& md, const DeviceMa
          (!sd || sd->type == GgmlType::Q8_0);
 }
 
+// h between the decode kernels for `pairs` (token, slot) pairs: its Q8_0 codes when the down
+// kernel reads those (down_reads_h8), else FP32 values; the other form stays empty.
+struct DecodeH {
+  Tensor values;
+  QuantizedActivations q8;
+};
+DecodeH decode_h(CudaBackend& be, const DeviceMatrix& md, const DeviceMatrix* sd, int64_t pairs, int64_t F) {
+  if (down_reads_h8(be, md, sd, F)) return {Tensor(), be.q8_scratch(pairs * F)};
+  return {be.scratch_f32(pairs * F), QuantizedActivations{}};
+}
+
 // The largest expert count the gate/up kernel routes itself: 16 logits a lane in registers.
 constexpr int64_t kMaxExpertsRoutedInGateUp = 512;
 
@@ -846,11 +857,10 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   if (pairs == 0) return;
   const DeviceMatrix &mg = matrix(wg), &mu = matrix(wu), &md = matrix(wd);
   if (T <= kMatvecMaxTokens && fits_decode_kernels(mg, mu, md, H, F)) {
-    Tensor h = scratch_f32(pairs * F);
+    DecodeH h = decode_h(*this, md, nullptr, pairs, F);
     const ExpertX8Buffers x8 = expert_x8(*this, {mg.type}, a.x->f32(), T, H, true);
-    QuantizedActivations h8 = down_reads_h8(*this, md, nullptr, F) ? q8_scratch(pairs * F) : QuantizedActivations{};
     moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, {a.ids->i32(), a.weights->f32(), nullptr}, k, nullptr,
-               a.x->f32(), x8.view(), h.f32(), h8.target(), a.out->f32());
+               a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32());
     return;
   }
   Tensor dn = scratch_f32(pairs * H);
@@ -894,7 +904,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   // together in the two fused kernels, the first of which routes: three launches.
   OpScope scope(profiler_, "moe_ffn", T, stream_);
   Tensor s = output_f32(1, T), ids = alloc_output(DType::I32, {k, T, 1, 1}), weights = output_f32(k, T);
-  Tensor h = scratch_f32((k + 1) * T * F);
+  DecodeH h = decode_h(*this, md, &sd, (k + 1) * T, F);
   const DeviceMatrix &router = matrix(*a.router), &gate_inp = matrix(*a.shared_gate_inp);
   const bool router_kernel = router.type == gate_inp.type && has_unit_loader(router.type, H);
   // x for the gate/up kernel's int8 units: its Q8_0 codes when the op before wrote them (HC's
@@ -915,9 +925,8 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   }
   const bool route_in_gate_up = E <= kMaxExpertsRoutedInGateUp;
   if (!route_in_gate_up) moe_route(*a.logits, k, ids, weights);
-  QuantizedActivations h8 = down_reads_h8(*this, md, &sd, F) ? q8_scratch((k + 1) * T * F) : QuantizedActivations{};
   moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, {ids.i32(), weights.f32(), route_in_gate_up ? a.logits->f32() : nullptr},
-             k, s.f32(), a.x->f32(), x8.view(), h.f32(), h8.target(), a.out->f32());
+             k, s.f32(), a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32());
 }
 
 }  // namespace regolith::cuda

@@ -11,7 +11,7 @@ namespace regolith::cuda {
 
 namespace {
 
-// Graphs kept per stream: a decode step's pieces (about 15 for the benchmark model), for each
+// Graphs kept per stream: a decode step's pieces (about 10 for the benchmark model), for each
 // sequence of kernels that decode takes (sessions at other context lengths, drafts, verifying
 // steps). A full list drains the stream before it drops one.
 constexpr size_t kMaxGraphs = 256;
