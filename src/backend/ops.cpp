@@ -253,6 +253,30 @@ std::vector<int32_t> Backend::read_i32(const Tensor& t) {
   return out;
 }
 
+namespace {
+
+class ReadNow final : public PendingRead {
+ public:
+  explicit ReadNow(std::vector<float> values) : values_(std::move(values)) {}
+  std::span<const float> wait() override { return values_; }
+
+ private:
+  std::vector<float> values_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingRead> Backend::read_later(const Tensor& src) { return std::make_unique<ReadNow>(read_f32(src)); }
+
+std::unique_ptr<HostMailbox> Backend::mailbox(size_t) { return nullptr; }
+
+void Backend::receive(HostMailbox&, size_t, Tensor&) { fail("backend ", name(), " has no mailboxes"); }
+
+void Backend::get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) {
+  std::vector<int32_t> ids32 = read_i32(ids);
+  get_rows(table, std::vector<int64_t>(ids32.begin(), ids32.end()), out);
+}
+
 void Backend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {
   if (ws.size() != outs.size()) fail("mul_mat_shared_input: ", ws.size(), " weights for ", outs.size(), " outputs");
   for (size_t i = 0; i < ws.size(); ++i) mul_mat(*ws[i], x, *outs[i]);

@@ -268,6 +268,25 @@ void check_moe_experts(const MoeExpertsArgs& a);
 void check_moe_ffn(const MoeFfnArgs& a);
 void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out);
 
+// Host memory that queued work reads when the device reaches it, not when it is issued: the host
+// fills it after issuing that work and then releases it (a decode step issued before its token is
+// known, Qwen4ExpModel::forward_queued). Each release lets the reads queued before it run; the
+// host writes again only once those reads are done.
+class HostMailbox {
+ public:
+  virtual ~HostMailbox() = default;
+  virtual std::span<uint8_t> bytes() = 0;
+  virtual void release() = 0;
+};
+
+// A read queued in stream order (Backend::read_later), waited for later.
+class PendingRead {
+ public:
+  virtual ~PendingRead() = default;
+  // Waits for the values; they stay valid while this object lives.
+  virtual std::span<const float> wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -288,6 +307,13 @@ class Backend {
   virtual void copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) = 0;
   std::vector<float> read_f32(const Tensor& t);
   std::vector<int32_t> read_i32(const Tensor& t);
+  // F32 src to the host once the work queued before it is done; the default reads it now.
+  virtual std::unique_ptr<PendingRead> read_later(const Tensor& src);
+  // ---- queued inputs ----
+  // A mailbox of `bytes`, or null where ops run as they are called (nothing is ever queued).
+  virtual std::unique_ptr<HostMailbox> mailbox(size_t bytes);
+  // dst.n_bytes() bytes from `from` at `offset`, once the host has released it (mailbox() not null).
+  virtual void receive(HostMailbox& from, size_t offset, Tensor& dst);
   // Bytes this backend could still allocate for activations (a GPU's free memory, the host's
   // available memory), or nullopt when it cannot tell. The default reads the host's
   // (backend/memory_available.cpp).
@@ -297,6 +323,9 @@ class Backend {
   // out [ne0, n_ids] = rows ids of table {ne0, rows} (token embedding; PLE n-gram gather, where the
   // 16 heads' rows of one token land side by side, so out may be shaped [H, T]).
   virtual void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) = 0;
+  // The same with ids, I32 [n_ids], in this backend's memory (written by a receive); the default
+  // reads them back.
+  virtual void get_rows_by(const Weight& table, const Tensor& ids, Tensor& out);
   // out [N, T] = W·x; W {K, N}, x [K, T].
   virtual void mul_mat(const Weight& w, const Tensor& x, Tensor& out) = 0;
   // outs[i] = ws[i]·x for weights that share one input (a layer's projections); a backend may run

@@ -5,9 +5,11 @@
 // sampling are not timed). Decode is also accounted in bytes: the weight bytes one token reads
 // (dense weights once, k of E experts, embedding and n-gram rows) times tokens/s, and that as a
 // share of the backend's measured device-to-device copy bandwidth (bytes read + written). "issue
-// ms/token" is the host's time to issue a decode step before it waits for the logits: on the
-// GPU, a value near ms/token means decode is bound by launching work, not by the device. With
-// --queued a second decode row ("tgN queued") issues the steps back to back and reads logits only
+// ms/token" is the host's time to issue a decode step: on the GPU, a value near ms/token means
+// decode is bound by launching work, not by the device. Decode steps run as `regolith run`
+// decodes (Session::queue_step): step t+1 is issued before step t's logits are read, and gets its
+// token once they are on the host. With --serial a second row issues each step only after the last
+// one's logits are read; with --queued another issues the steps back to back and reads logits only
 // after the last: no real decoding works that way (a step's token comes from the last one's
 // logits), but the difference between the rows is what the wait between steps costs.
 #include <algorithm>
@@ -31,7 +33,7 @@ struct BenchArgs {
   std::string model, prompts = "512", depths = "0";
   BackendOptions backend;
   int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
-  bool queued = false;
+  bool serial = false, queued = false;
   uint32_t seed = 1;
 };
 
@@ -115,8 +117,10 @@ void run_bench(const BenchArgs& a) {
       std::printf("| pp%d | %d | %.1f ± %.1f | %.3f | | | |\n", P, depth, st.median, st.stddev, 1e3 / st.median);
       std::fflush(stdout);
     }
-    // Decode steps one token at a time; queued: no step waits for its logits but the last.
-    auto decode = [&](bool queued) {
+    enum class Steps { pipelined, serial, queued };
+    // Decode steps one token at a time, each given its token once the last one's logits are read
+    // (pipelined: issued before that read; serial: after it), or queued without logits but the last.
+    auto decode = [&](Steps mode) {
       std::vector<double> rates, issue_ms;
       std::vector<int32_t> tokens = random_tokens(a.n_gen, V, rng);
       for (int64_t r = 0; r < a.reps + 1; ++r) {
@@ -124,22 +128,33 @@ void run_bench(const BenchArgs& a) {
         double issue = 0, step_issue = 0;
         auto t0 = Clock::now();
         for (size_t i = 0; i < tokens.size(); ++i) {
+          if (mode == Steps::pipelined) {
+            auto t_issue = Clock::now();
+            s.queue_step();
+            issue += seconds_since(t_issue);
+            if (i > 0) s.step_logits();
+            s.give_token(tokens[i]);
+            continue;
+          }
           s.eval(std::span<const int32_t>(&tokens[i], 1),
-                 {.all_logits = false, .issue_seconds = &step_issue, .read_logits = !queued || i + 1 == tokens.size()});
+                 {.all_logits = false, .issue_seconds = &step_issue,
+                  .read_logits = mode == Steps::serial || i + 1 == tokens.size()});
           issue += step_issue;
         }
+        if (mode == Steps::pipelined) s.step_logits();
         if (r > 0) rates.push_back(a.n_gen / seconds_since(t0)), issue_ms.push_back(1e3 * issue / a.n_gen);
       }
       Stats st = stats(rates);
       double gbs = token_bytes * st.median / 1e9;
-      std::printf("| tg%lld%s | %d | %.1f ± %.1f | %.3f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen,
-                  queued ? " queued" : "", depth, st.median, st.stddev, 1e3 / st.median, stats(issue_ms).median, gbs,
-                  100.0 * gbs * 1e9 / copy_bw);
+      const char* suffix = mode == Steps::serial ? " serial" : mode == Steps::queued ? " queued" : "";
+      std::printf("| tg%lld%s | %d | %.1f ± %.1f | %.3f | %.3f | %.0f | %.1f%% |\n", (long long)a.n_gen, suffix, depth,
+                  st.median, st.stddev, 1e3 / st.median, stats(issue_ms).median, gbs, 100.0 * gbs * 1e9 / copy_bw);
       std::fflush(stdout);
     };
     if (a.n_gen > 0) {
-      decode(false);
-      if (a.queued) decode(true);
+      decode(Steps::pipelined);
+      if (a.serial) decode(Steps::serial);
+      if (a.queued) decode(Steps::queued);
     }
   }
 }
@@ -158,6 +173,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--fill-chunk", a.fill_chunk, "Tokens per forward call when filling the context to a depth")
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the random token ids")->capture_default_str();
+  cmd->add_flag("--serial", a.serial,
+                "Also time decode with each step issued only after the last one's logits are read (no step "
+                "issued ahead)");
   cmd->add_flag("--queued", a.queued,
                 "Also time decode with the steps queued back to back (no logits read between them): the "
                 "device's own time per token, without the wait and the host's work between steps");

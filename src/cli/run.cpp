@@ -66,9 +66,12 @@ void run_run(const RunArgs& a) {
   Sampler sampler(a.sampling);
   StreamingDetokenizer detok(tok, /*skip_special=*/true);
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = session.eval(prompt, {.chunk = a.chunk, .all_logits = false});
+  const std::vector<float> prompt_logits = session.eval(prompt, {.chunk = a.chunk, .all_logits = false});
   double prefill_s = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
+  std::span<const float> logits = prompt_logits;
+  // Each step is issued while the device still runs the one before (Session::queue_step).
+  if (a.n_predict > 1) session.queue_step();
   int64_t generated = 0;
   for (; generated < a.n_predict; ++generated) {
     int32_t next = sampler.sample(logits);
@@ -78,7 +81,11 @@ void run_run(const RunArgs& a) {
     else
       std::fputs(detok.push(next).c_str(), stdout);
     std::fflush(stdout);
-    if (generated + 1 < a.n_predict) logits = session.eval(std::span<const int32_t>(&next, 1), {.all_logits = false});
+    if (generated + 1 < a.n_predict) {
+      session.give_token(next);
+      if (generated + 2 < a.n_predict) session.queue_step();
+      logits = session.step_logits();
+    }
   }
   if (!a.ids) std::fputs(detok.finish().c_str(), stdout);
   std::printf("\n");

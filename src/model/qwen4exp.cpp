@@ -7,28 +7,68 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
+#include "quant/rows.h"
 
 namespace regolith {
 namespace {
 
 constexpr int64_t kInitialCapacity = 256;
+// Where a queued step's inputs lie in its mailbox: the token id (I32), then its n-gram rows (F32).
+constexpr size_t kQueuedToken = 0, kQueuedPleRows = 16;
+
+void check_token(const Qwen4ExpHparams& hp, int32_t t) {
+  if (t < 0 || t >= hp.n_vocab) fail("token id ", t, " is outside the vocabulary (", hp.n_vocab, ")");
+}
+
+// Hashed n-gram rows of `tokens` after `context`, the ids before them (model-spec §4.8.2–3): a
+// predecessor counts only when no EOS lies between it and the token; before the sequence start
+// everything reads as EOS. `context` becomes the last ngram_size − 1 ids.
+std::vector<int64_t> ple_rows(const Qwen4ExpHparams& hp, const PleHashConstants& hash, std::vector<int32_t>& context,
+                              std::span<const int32_t> tokens) {
+  const int64_t n_ctx = hp.ple_ngram_size - 1, nh = hp.ple_n_heads(), T = static_cast<int64_t>(tokens.size());
+  const uint64_t eos = static_cast<uint64_t>(hp.ple_eos_token_id);
+  std::vector<int64_t> hist(context.begin(), context.end());
+  hist.insert(hist.end(), tokens.begin(), tokens.end());
+  std::vector<int64_t> rows(nh * T);
+  std::vector<uint64_t> ctx(n_ctx + 1), r(nh);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t i = n_ctx + t;
+    ctx[0] = static_cast<uint64_t>(hist[i]);
+    bool cut = false;
+    for (int64_t s = 1; s <= n_ctx; ++s) {
+      if (s > 1 && static_cast<uint64_t>(hist[i - s + 1]) == eos) cut = true;  // an EOS between cuts
+      ctx[s] = cut ? eos : static_cast<uint64_t>(hist[i - s]);
+    }
+    ple_row_ids(hash, static_cast<uint64_t>(hp.ple_heads_per_ngram), ctx.data(), r.data());
+    for (int64_t h = 0; h < nh; ++h) rows[t * nh + h] = static_cast<int64_t>(r[h]);
+  }
+  context.assign(hist.end() - n_ctx, hist.end());
+  return rows;
+}
 
 class Forward {
  public:
+  // inputs set: one token whose id and n-gram rows come from that mailbox (forward_queued).
   Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, Qwen4ExpState& st,
-          std::span<const int32_t> tokens, const TraceFn& trace)
+          std::span<const int32_t> tokens, HostMailbox* inputs, const TraceFn& trace)
       : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), st_(st), tokens_(tokens),
-        trace_(trace), T_(static_cast<int64_t>(tokens.size())) {
+        inputs_(inputs), trace_(trace), T_(inputs ? 1 : static_cast<int64_t>(tokens.size())) {
     for (int64_t t = 0; t < T_; ++t) positions_.push_back(st.n_past + t);
   }
 
   Tensor run(LogitRows rows) {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
-    std::vector<int64_t> ids(tokens_.begin(), tokens_.end());
     Tensor x = f32(H, T_);
-    be_.get_rows(w_.token_embd, ids, x);
+    if (inputs_) {
+      Tensor id = be_.alloc_output(DType::I32, {1, 1, 1, 1});
+      be_.receive(*inputs_, kQueuedToken, id);
+      be_.get_rows_by(w_.token_embd, id, x);
+    } else {
+      be_.get_rows(w_.token_embd, std::vector<int64_t>(tokens_.begin(), tokens_.end()), x);
+    }
     trace("embd", -1, x);
     Tensor R = f32(H * S, T_);
     be_.repeat_streams(x, S, R);
@@ -125,35 +165,13 @@ class Forward {
     return out;
   }
 
-  // Hashed n-gram rows of this chunk's tokens (model-spec §4.8.2–3): a predecessor counts only when
-  // no EOS lies between it and the token; before the sequence start everything reads as EOS.
-  std::vector<int64_t> ple_rows() {
-    int64_t n_ctx = hp_.ple_ngram_size - 1, nh = hp_.ple_n_heads();
-    uint64_t eos = static_cast<uint64_t>(hp_.ple_eos_token_id);
-    std::vector<int64_t> hist(st_.ple_context.begin(), st_.ple_context.end());
-    hist.insert(hist.end(), tokens_.begin(), tokens_.end());
-    std::vector<int64_t> rows(nh * T_);
-    std::vector<uint64_t> ctx(n_ctx + 1), r(nh);
-    for (int64_t t = 0; t < T_; ++t) {
-      int64_t i = n_ctx + t;
-      ctx[0] = static_cast<uint64_t>(hist[i]);
-      bool cut = false;
-      for (int64_t s = 1; s <= n_ctx; ++s) {
-        if (s > 1 && static_cast<uint64_t>(hist[i - s + 1]) == eos) cut = true;  // an EOS between cuts
-        ctx[s] = cut ? eos : static_cast<uint64_t>(hist[i - s]);
-      }
-      ple_row_ids(ple_hash_, static_cast<uint64_t>(hp_.ple_heads_per_ngram), ctx.data(), r.data());
-      for (int64_t h = 0; h < nh; ++h) rows[t * nh + h] = static_cast<int64_t>(r[h]);
-    }
-    st_.ple_context.assign(hist.end() - n_ctx, hist.end());
-    return rows;
-  }
-
   void ple(int64_t il, const PleWeights& w, Tensor& R) {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
-    std::vector<int64_t> rows = ple_rows();
     Tensor E = f32(H, T_);
-    be_.get_rows(w_.ple_table, rows, E);
+    if (inputs_)
+      be_.receive(*inputs_, kQueuedPleRows, E);
+    else
+      be_.get_rows(w_.ple_table, ple_rows(hp_, ple_hash_, st_.ple_context, tokens_), E);
     trace("ple.embd", il, E);
     Tensor key = rms_norm(mul_mat(w.key, E), w.norm_key, H);
     Tensor val = mul_mat(w.value, E);
@@ -260,6 +278,7 @@ class Forward {
   Backend& be_;
   Qwen4ExpState& st_;
   std::span<const int32_t> tokens_;
+  HostMailbox* inputs_;
   const TraceFn& trace_;
   int64_t T_;
   std::vector<int64_t> positions_;
@@ -342,10 +361,36 @@ Qwen4ExpState Qwen4ExpModel::new_state(Backend& be, DType gdn_state) const {
 Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
                               const TraceFn& trace) const {
   if (tokens.empty()) fail("forward: no tokens");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= hp_.n_vocab) fail("token id ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
+  for (int32_t t : tokens) check_token(hp_, t);
   reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()));
-  return Forward(*this, ple_hash_, be, state, tokens, trace).run(rows);
+  return Forward(*this, ple_hash_, be, state, tokens, nullptr, trace).run(rows);
+}
+
+size_t Qwen4ExpModel::queued_inputs_bytes() const {
+  return kQueuedPleRows + (hp_.ple_layers.empty() ? 0 : static_cast<size_t>(hp_.n_embd) * sizeof(float));
+}
+
+Tensor Qwen4ExpModel::forward_queued(Backend& be, Qwen4ExpState& state, HostMailbox& inputs,
+                                     const TraceFn& trace) const {
+  if (inputs.bytes().size() < queued_inputs_bytes()) fail("forward_queued: a mailbox of ", inputs.bytes().size(), " bytes");
+  reserve(be, hp_, state, state.n_past + 1);
+  return Forward(*this, ple_hash_, be, state, {}, &inputs, trace).run(LogitRows::Last);
+}
+
+void Qwen4ExpModel::give_queued_token(Qwen4ExpState& state, HostMailbox& inputs, int32_t token) const {
+  check_token(hp_, token);
+  uint8_t* at = inputs.bytes().data();
+  std::memcpy(at + kQueuedToken, &token, sizeof token);
+  if (!hp_.ple_layers.empty()) {
+    // The rows a forward() of this token would gather (its backend gathers them on the host too).
+    const Weight& table = w_.ple_table;
+    auto* rows = reinterpret_cast<float*>(at + kQueuedPleRows);
+    const std::vector<int64_t> ids = ple_rows(hp_, ple_hash_, state.ple_context, std::span(&token, 1));
+    for (size_t i = 0; i < ids.size(); ++i)
+      dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * table.row_bytes, table.ne[0],
+                     rows + i * table.ne[0]);
+  }
+  inputs.release();
 }
 
 }  // namespace regolith

@@ -60,6 +60,13 @@ class Qwen4ExpModel {
   // or the last one only). One call is one chunk: the caller splits long prompts.
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
                  const TraceFn& trace = {}) const;
+  // One token at position state.n_past, issued before the token is known: its id and n-gram rows
+  // are read from `inputs` (a mailbox of queued_inputs_bytes()) when the device reaches them, once
+  // give_queued_token() has written and released them, so a backend that queues work can issue
+  // the next decode step while the device still runs this one. Returns logits [n_vocab, 1].
+  Tensor forward_queued(Backend& be, Qwen4ExpState& state, HostMailbox& inputs, const TraceFn& trace = {}) const;
+  void give_queued_token(Qwen4ExpState& state, HostMailbox& inputs, int32_t token) const;
+  size_t queued_inputs_bytes() const;
   // An upper estimate of the bytes of activations forward() allocates for T tokens
   // (qwen4exp_memory.cpp); the weights and the state are not included.
   uint64_t forward_bytes(int64_t T, LogitRows rows) const;

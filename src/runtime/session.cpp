@@ -24,9 +24,63 @@ std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_
 
 Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) { reset(); }
 
+Session::~Session() {
+  try {
+    drop_queued();
+  } catch (const std::exception&) {  // a destructor does not throw; the device error shows elsewhere
+  }
+}
+
 void Session::reset() {
+  drop_queued();
   state_ = engine_->model().new_state(engine_->backend(), engine_->gdn_state());
   tokens_.clear();
+}
+
+void Session::drop_queued() {
+  // The device would wait for this token forever.
+  if (awaits_token() && queued_.back().inputs) engine_->model().give_queued_token(state_, *queued_.back().inputs, 0);
+  queued_.clear();
+}
+
+void Session::queue_step() {
+  if (awaits_token()) fail("queue_step: the queued step has no token yet");
+  if (queued_.size() == 2) fail("queue_step: two steps are in flight; take the older one's logits first");
+  const Qwen4ExpModel& model = engine_->model();
+  Backend& be = engine_->backend();
+  QueuedStep step;
+  std::unique_ptr<HostMailbox>& inputs = mailboxes_[steps_queued_ % 2];
+  if (has_mailboxes_ && !inputs) {
+    inputs = be.mailbox(model.queued_inputs_bytes());
+    has_mailboxes_ = inputs != nullptr;
+  }
+  if (has_mailboxes_) {
+    step.inputs = inputs.get();
+    step.logits = be.read_later(model.forward_queued(be, state_, *step.inputs, trace_));
+  }
+  ++steps_queued_;
+  queued_.push_back(std::move(step));
+}
+
+void Session::give_token(int32_t token) {
+  if (!awaits_token()) fail("give_token: no queued step waits for a token");
+  QueuedStep& step = queued_.back();
+  const Qwen4ExpModel& model = engine_->model();
+  if (step.inputs) {
+    model.give_queued_token(state_, *step.inputs, token);
+  } else {
+    Backend& be = engine_->backend();
+    step.logits = be.read_later(model.forward(be, state_, std::span(&token, 1), LogitRows::Last, trace_));
+  }
+  tokens_.push_back(token);
+  step.given = true;
+}
+
+std::span<const float> Session::step_logits() {
+  if (queued_.empty() || !queued_.front().given) fail("step_logits: no step has its token");
+  read_ = std::move(queued_.front().logits);
+  queued_.pop_front();
+  return read_->wait();
 }
 
 // The largest chunk whose activations fit in a quarter of the memory at hand: the device pool
@@ -54,6 +108,7 @@ int64_t Session::chunk_for(int64_t n, const EvalOptions& options) const {
 
 std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOptions& options) {
   if (options.chunk < 0) fail("eval: negative chunk size");
+  if (awaits_token()) fail("eval: a queued step waits for its token");
   Backend& be = engine_->backend();
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
   const int64_t chunk = chunk_for(n, options);
@@ -82,6 +137,7 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
 }
 
 SessionSnapshot Session::snapshot() const {
+  if (awaits_token()) fail("snapshot: a queued step waits for its token");
   SessionSnapshot s;
   s.state_ = state_.clone(engine_->backend());
   s.tokens_ = tokens_;
@@ -89,6 +145,7 @@ SessionSnapshot Session::snapshot() const {
 }
 
 void Session::restore(const SessionSnapshot& snapshot) {
+  drop_queued();
   state_ = snapshot.state_.clone(engine_->backend());
   tokens_ = snapshot.tokens_;
 }

@@ -3,7 +3,9 @@
 // Callers pass token ids and get logits back; they never see a tensor.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,9 +61,26 @@ class SessionSnapshot {
 class Session {
  public:
   explicit Session(std::shared_ptr<Engine> engine);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Appends tokens to the timeline; returns logits row-major [rows][n_vocab] (every token, or the last).
   std::vector<float> eval(std::span<const int32_t> tokens, const EvalOptions& options = {});
+
+  // Decode with the next step issued ahead: queue_step() issues the forward pass of the next
+  // position before its token is known, give_token() supplies the token, step_logits() waits for
+  // the logits of the oldest given step. On a backend that queues work (mailbox()) the host issues
+  // a step while the device still runs the one before, and the device starts it as soon as its
+  // token is given; elsewhere give_token() runs it. At most two steps are in flight, and only the
+  // newest may lack its token:
+  //   queue_step(); give_token(t0);
+  //   loop: queue_step(); logits = step_logits(); give_token(sample(logits));
+  // A step left without its token is given token 0 by reset(), restore() and the destructor (its
+  // state is dropped); eval() and snapshot() refuse to run past it.
+  void queue_step();
+  void give_token(int32_t token);
+  std::span<const float> step_logits();  // [n_vocab], valid until the next step_logits()
 
   int64_t n_past() const { return state_.n_past; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -72,11 +91,24 @@ class Session {
 
  private:
   int64_t chunk_for(int64_t n, const EvalOptions& options) const;
+  bool awaits_token() const { return !queued_.empty() && !queued_.back().given; }
+  void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
+
+  struct QueuedStep {
+    std::unique_ptr<PendingRead> logits;
+    HostMailbox* inputs = nullptr;  // null: the backend has no mailboxes, the step runs when given
+    bool given = false;
+  };
 
   std::shared_ptr<Engine> engine_;
   Qwen4ExpState state_;
   std::vector<int32_t> tokens_;
   TraceFn trace_;
+  std::deque<QueuedStep> queued_;  // oldest first
+  std::array<std::unique_ptr<HostMailbox>, 2> mailboxes_;  // a step's inputs, used in turn
+  bool has_mailboxes_ = true;
+  int64_t steps_queued_ = 0;
+  std::unique_ptr<PendingRead> read_;  // the last step_logits()'s values
 };
 
 }  // namespace regolith

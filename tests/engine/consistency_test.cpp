@@ -92,6 +92,50 @@ TEST_P(Consistency, StepsWithoutLogitsAdvanceTheSameWay) {
   EXPECT_EQ(unread.eval(last), read.eval(last));
 }
 
+// Queued steps (Session::queue_step) in the order `regolith run` uses them equal steps evaluated
+// one by one; misuse is refused with a clear error and leaves the session usable.
+TEST_P(Consistency, QueuedStepsEqualSerialSteps) {
+  auto tokens = prompt(12);
+  Session serial(engine_), queued(engine_);
+  std::vector<std::vector<float>> want;
+  for (int32_t t : tokens) want.push_back(serial.eval(std::span<const int32_t>(&t, 1)));
+  queued.queue_step();
+  queued.give_token(tokens[0]);
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    queued.queue_step();
+    std::span<const float> got = queued.step_logits();
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want[i - 1].begin(), want[i - 1].end())) << "step " << i - 1;
+    queued.give_token(tokens[i]);
+  }
+  std::span<const float> last = queued.step_logits();
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), want.back().begin(), want.back().end()));
+  EXPECT_EQ(queued.tokens(), serial.tokens());
+  EXPECT_EQ(queued.n_past(), serial.n_past());
+}
+
+TEST_P(Consistency, QueuedStepsRefuseMisuse) {
+  Session s(engine_);
+  auto tokens = prompt(4);
+  EXPECT_THROW(s.give_token(tokens[0]), Error);  // nothing queued
+  EXPECT_THROW(s.step_logits(), Error);
+  s.queue_step();
+  EXPECT_THROW(s.queue_step(), Error);  // the queued step has no token
+  EXPECT_THROW(s.step_logits(), Error);
+  EXPECT_THROW(s.eval(tokens), Error);
+  EXPECT_THROW(s.snapshot(), Error);
+  EXPECT_THROW(s.give_token(static_cast<int32_t>(engine_->n_vocab())), Error);  // unknown id: the step still waits
+  EXPECT_THROW(s.give_token(-1), Error);
+  s.give_token(tokens[0]);
+  s.queue_step();
+  s.give_token(tokens[1]);
+  EXPECT_THROW(s.queue_step(), Error);  // two in flight
+  EXPECT_EQ(static_cast<int64_t>(s.step_logits().size()), engine_->n_vocab());
+  s.queue_step();  // left without its token: restore drops it
+  Session fresh(engine_);
+  s.restore(fresh.snapshot());
+  EXPECT_EQ(s.eval(tokens), fresh.eval(tokens));
+}
+
 TEST_P(Consistency, RestoreThenContinueEqualsUninterrupted) {
   auto a = prompt(30, 2), b = prompt(25, 3), detour = prompt(40, 4);
   Session straight(engine_);

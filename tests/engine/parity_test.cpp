@@ -146,6 +146,41 @@ TEST_P(Parity, GreedyContinuation) {
   }
 }
 
+// The same continuation decoded as `regolith run` does (Session::queue_step: each step issued
+// before its token is known; on a GPU it reads the token and its n-gram rows from mapped host
+// memory): the same ids, and logits bit for bit those of steps evaluated one by one.
+TEST_P(Parity, QueuedGreedyContinuation) {
+  for (const std::string& p : ref_->prompts()) {
+    auto tokens = ref_->ints(p + ".tokens");
+    auto want = ref_->ints(p + ".greedy");
+    Session serial(engine_), queued(engine_);
+    std::vector<float> logits = serial.eval(tokens, {.all_logits = false});
+    std::vector<float> serial_logits, queued_logits;
+    std::vector<int32_t> serial_ids;
+    for (size_t i = 0; i < want.size(); ++i) {
+      serial_logits.insert(serial_logits.end(), logits.begin(), logits.end());
+      serial_ids.push_back(argmax(logits));
+      logits = serial.eval(std::vector<int32_t>{serial_ids.back()}, {.all_logits = false});
+    }
+    std::vector<float> prompt_logits = queued.eval(tokens, {.all_logits = false});
+    std::span<const float> step = prompt_logits;
+    std::vector<int32_t> got;
+    queued.queue_step();
+    for (size_t i = 0; i < want.size(); ++i) {
+      queued_logits.insert(queued_logits.end(), step.begin(), step.end());
+      got.push_back(argmax(step));
+      queued.give_token(got.back());
+      if (i + 1 < want.size()) queued.queue_step();
+      step = queued.step_logits();
+    }
+    EXPECT_EQ(got, want) << backend_ << " " << fixture_ << " " << p;
+    EXPECT_EQ(got, serial_ids) << backend_ << " " << fixture_ << " " << p;
+    EXPECT_TRUE(queued_logits == serial_logits) << backend_ << " " << fixture_ << " " << p << ": logits differ";
+    EXPECT_EQ(queued.tokens(), serial.tokens());
+    report(p, "queued", compare_logits(queued_logits, ref_->floats(p + ".greedy_logits"), V_));
+  }
+}
+
 // The indexer's selection, row by row, against the reference's attention masks. A layer with no
 // selection traced took every row as dense (its whole causal prefix, the model's rule for short
 // caches): then the reference's masks must be causal.

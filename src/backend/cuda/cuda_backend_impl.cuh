@@ -71,6 +71,11 @@ class CudaBackend final : public Backend {
   std::optional<uint64_t> memory_available() const override;  // device free memory + the pool's free buffers
 
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
+  void get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) override;
+  // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads.
+  std::unique_ptr<PendingRead> read_later(const Tensor& src) override;
+  std::unique_ptr<HostMailbox> mailbox(size_t bytes) override;
+  void receive(HostMailbox& from, size_t offset, Tensor& dst) override;
   void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;
   void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -165,6 +170,8 @@ class CudaBackend final : public Backend {
   void matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
                      std::span<float* const> outs, const QuantizedActivations* x_q8 = nullptr);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
+  template <typename Id>
+  void get_device_rows(const Weight& table, const Id* ids, int64_t n_ids, Tensor& out);
   bool hc_read_decodes(const HcReadArgs& a);
   void hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
   bool hc_read_tiles(const HcReadArgs& a);
@@ -186,6 +193,14 @@ class CudaBackend final : public Backend {
   size_t staging_head_ = 0;
   uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
   std::array<cudaEvent_t, 4> read_landed_{};  // a small read's pieces, each copied out once it lands
+  // read_later's landing places: pinned, with an event for the copy into each, reused once free.
+  struct ReadSlot {
+    float* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t landed = nullptr;
+    bool busy = false;
+  };
+  std::vector<std::unique_ptr<ReadSlot>> read_slots_;
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;
   cudaEvent_t gather_copied_ = nullptr;  // its last copy has finished

@@ -148,9 +148,9 @@ constexpr int64_t kConvStepTokens = 8;
 
 // Rows ids[t] of a device table of K values a row: thread x decodes 32-value chunk x of token t's
 // row (the last chunk may be partial).
-template <typename D>
+template <typename D, typename Id>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ table, uint64_t row_bytes, int64_t K,
-                                const int64_t* __restrict__ ids, int64_t n_ids, float* __restrict__ out) {
+                                const Id* __restrict__ ids, int64_t n_ids, float* __restrict__ out) {
   grid_dependency_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c * 32 >= K) return;
@@ -167,6 +167,27 @@ __global__ void get_rows_kernel(const uint8_t* __restrict__ table, uint64_t row_
 
 }  // namespace
 
+// out = rows `ids` (n_ids of them, on the device) of a table on the device.
+template <typename Id>
+void CudaBackend::get_device_rows(const Weight& table, const Id* ids, int64_t n_ids, Tensor& out) {
+  const DeviceMatrix& m = matrix(table);
+  const int64_t n = table.ne[0], chunks = (n + 31) / 32;
+  dispatch_weight_type(m.type, [&](auto dq) {
+    using D = decltype(dq);
+    launch(stream_, "get_rows_kernel", get_rows_kernel<D, Id>, per_token_grid(chunks, n_ids, kThreads), kThreads, 0,
+           m.data, m.row_bytes, n, ids, n_ids, out.f32());
+  });
+}
+
+void CudaBackend::get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) {
+  if (table.stays_on_host) return Backend::get_rows_by(table, ids, out);  // gathered on the host
+  OpScope scope(profiler_, "get_rows", out.ne(1), stream_);
+  if (ids.dtype() != DType::I32) fail("get_rows_by: ids are not I32");
+  expect_elements(out, table.ne[0] * ids.n_elements(), "get_rows", "out");
+  q8_output_ = {};
+  if (ids.n_elements() > 0) get_device_rows(table, ids.i32(), ids.n_elements(), out);
+}
+
 void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) {
   OpScope scope(profiler_, "get_rows", out.ne(1), stream_);
   check_get_rows(table, ids, out);
@@ -174,14 +195,8 @@ void CudaBackend::get_rows(const Weight& table, std::span<const int64_t> ids, Te
   q8_output_ = {};
   if (n_ids == 0) return;
   if (!table.stays_on_host) {
-    const DeviceMatrix& m = matrix(table);
     Tensor dev_ids = upload_scratch(ids);
-    const int64_t chunks = (n + 31) / 32;
-    dispatch_weight_type(m.type, [&](auto dq) {
-      using D = decltype(dq);
-      launch(stream_, "get_rows_kernel", get_rows_kernel<D>, per_token_grid(chunks, n_ids, kThreads), kThreads, 0, m.data,
-             m.row_bytes, n, reinterpret_cast<const int64_t*>(dev_ids.f32()), n_ids, out.f32());
-    });
+    get_device_rows(table, reinterpret_cast<const int64_t*>(dev_ids.f32()), n_ids, out);
     return;
   }
   // Gathered on the host from the mapped file, on all cores, into pinned memory.

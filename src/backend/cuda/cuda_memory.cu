@@ -173,6 +173,7 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(gather_);
   cudaEventDestroy(gather_copied_);
   for (cudaEvent_t e : read_landed_) cudaEventDestroy(e);
+  for (const auto& slot : read_slots_) cudaFreeHost(slot->host), cudaEventDestroy(slot->landed);
   cudaFree(counters_);
   cudaStreamDestroy(stream_);
 }
