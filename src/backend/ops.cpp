@@ -270,7 +270,12 @@ std::unique_ptr<PendingRead> Backend::read_later(const Tensor& src) { return std
 
 std::unique_ptr<HostMailbox> Backend::mailbox(size_t) { return nullptr; }
 
-void Backend::receive(HostMailbox&, size_t, Tensor&) { fail("backend ", name(), " has no mailboxes"); }
+void Backend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
+  std::span<const uint8_t> bytes = from.bytes();
+  if (offset > bytes.size() || dst.n_bytes() > bytes.size() - offset)
+    fail("receive: ", dst.n_bytes(), " bytes at ", offset, " of a ", bytes.size(), "-byte mailbox");
+  write(dst, bytes.data() + offset, dst.n_bytes());
+}
 
 void Backend::get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) {
   std::vector<int32_t> ids32 = read_i32(ids);

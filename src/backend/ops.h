@@ -312,7 +312,8 @@ class Backend {
   // ---- queued inputs ----
   // A mailbox of `bytes`, or null where ops run as they are called (nothing is ever queued).
   virtual std::unique_ptr<HostMailbox> mailbox(size_t bytes);
-  // dst.n_bytes() bytes from `from` at `offset`, once the host has released it (mailbox() not null).
+  // dst.n_bytes() bytes from `from` at `offset`, once the host has released it. The default, for
+  // backends that run ops as they are called, copies them now (from a mailbox released already).
   virtual void receive(HostMailbox& from, size_t offset, Tensor& dst);
   // Bytes this backend could still allocate for activations (a GPU's free memory, the host's
   // available memory), or nullopt when it cannot tell. The default reads the host's

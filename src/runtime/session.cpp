@@ -56,7 +56,12 @@ void Session::queue_step() {
   }
   if (has_mailboxes_) {
     step.inputs = inputs.get();
-    step.logits = be.read_later(model.forward_queued(be, state_, *step.inputs, trace_));
+    try {
+      step.logits = be.read_later(model.forward_queued(be, state_, *step.inputs, trace_));
+    } catch (const std::exception&) {
+      model.give_queued_token(state_, *step.inputs, 0);  // what was issued must not wait forever
+      throw;
+    }
   }
   ++steps_queued_;
   queued_.push_back(std::move(step));

@@ -113,6 +113,41 @@ TEST_P(Consistency, QueuedStepsEqualSerialSteps) {
   EXPECT_EQ(queued.n_past(), serial.n_past());
 }
 
+// A mailbox in host memory: what a host backend's receive copies at once.
+class VectorMailbox final : public HostMailbox {
+ public:
+  explicit VectorMailbox(size_t n) : bytes_(n) {}
+  std::span<uint8_t> bytes() override { return bytes_; }
+  void release() override { ++released_; }
+  int released_ = 0;
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// The model's queued forward reads its token and n-gram rows from the mailbox and matches forward
+// of the same token bit for bit (n-gram cuts by EOS included). A host backend copies the mailbox
+// when the receive is issued, so here the token is given first.
+TEST_P(Consistency, QueuedForwardReadsItsMailbox) {
+  const Qwen4ExpModel& model = engine_->model();
+  Backend& be = engine_->backend();
+  auto tokens = prompt(16);
+  Qwen4ExpState direct = model.new_state(be), queued = model.new_state(be);
+  VectorMailbox inputs(model.queued_inputs_bytes());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    model.give_queued_token(queued, inputs, tokens[i]);
+    EXPECT_EQ(inputs.released_, static_cast<int>(i + 1));
+    std::vector<float> got = be.read_f32(model.forward_queued(be, queued, inputs));
+    std::vector<float> want = be.read_f32(model.forward(be, direct, std::span(&tokens[i], 1), LogitRows::Last));
+    EXPECT_TRUE(got == want) << "token " << i;
+    EXPECT_EQ(queued.ple_context, direct.ple_context);
+  }
+  EXPECT_THROW(model.give_queued_token(queued, inputs, -1), Error);
+  EXPECT_EQ(inputs.released_, static_cast<int>(tokens.size()));
+  VectorMailbox small(4);
+  EXPECT_THROW(model.forward_queued(be, queued, small), Error);
+}
+
 TEST_P(Consistency, QueuedStepsRefuseMisuse) {
   Session s(engine_);
   auto tokens = prompt(4);

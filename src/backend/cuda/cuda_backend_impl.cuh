@@ -55,6 +55,8 @@ struct DeviceMatrix {
   int64_t K = 0, n_rows = 0;
 };
 
+class CudaMailbox;  // cuda_queued.cu
+
 class CudaBackend final : public Backend {
  public:
   // int8_products: prefill products with weights of the int8 tile's types quantize their
@@ -72,10 +74,15 @@ class CudaBackend final : public Backend {
 
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
   void get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) override;
-  // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads.
+  // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads. Mailboxes
+  // only with REGOLITH_CUDA_QUEUED=1 until they have been measured on a GPU.
   std::unique_ptr<PendingRead> read_later(const Tensor& src) override;
   std::unique_ptr<HostMailbox> mailbox(size_t bytes) override;
   void receive(HostMailbox& from, size_t offset, Tensor& dst) override;
+  // A mailbox's life (it registers itself): the host must not wait for the stream while a read
+  // queued on a mailbox waits for the host to release it (wait_stream).
+  void add_mailbox(CudaMailbox* m) { mailboxes_.push_back(m); }
+  void remove_mailbox(CudaMailbox* m) { std::erase(mailboxes_, m); }
   void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;
   void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -189,18 +196,26 @@ class CudaBackend final : public Backend {
   std::map<WeightKey, DeviceMatrix> matrices_;
   std::map<WeightKey, const float*> vectors_;
   std::vector<void*> weight_buffers_;  // owned, freed with the backend
-  uint8_t* staging_ = nullptr;         // pinned ring for upload_bytes
-  size_t staging_head_ = 0;
+  // Pinned ring for upload_bytes. Offsets count every byte ever staged (the ring's place is the
+  // offset modulo its size): staged_ is where the next upload goes, landed_ where the copies not
+  // yet known to have landed begin.
+  uint8_t* staging_ = nullptr;
+  uint64_t staged_ = 0, landed_ = 0;
+  cudaStream_t upload_stream_ = nullptr;  // weights' first uploads, waited for alone
   uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
   std::array<cudaEvent_t, 4> read_landed_{};  // a small read's pieces, each copied out once it lands
-  // read_later's landing places: pinned, with an event for the copy into each, reused once free.
+  // read_later's landing places, made with the backend (a pinned allocation may wait for the
+  // device): kReadBufferBytes each, an event for the copy into each, reused once free.
   struct ReadSlot {
     float* host = nullptr;
-    size_t bytes = 0;
     cudaEvent_t landed = nullptr;
+    uint64_t staged = 0;  // staged_ when the read was queued: the uploads before it land with it
     bool busy = false;
   };
-  std::vector<std::unique_ptr<ReadSlot>> read_slots_;
+  static constexpr size_t kReadBufferBytes = 4u << 20;  // a logits row of a 1M-token vocabulary
+  std::array<ReadSlot, 3> read_slots_{};  // two steps in flight and the last one read
+  friend class CudaPendingRead;
+  std::vector<CudaMailbox*> mailboxes_;
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;
   cudaEvent_t gather_copied_ = nullptr;  // its last copy has finished
@@ -225,6 +240,11 @@ class CudaBackend final : public Backend {
   // sequence of kernels stays the same. Host waits and direct transfers (pageable uploads, weight
   // uploads) call flush() first.
   void flush();
+  // Waits for everything queued on the stream (after flush()), `what` naming the reason in
+  // errors; fails instead where a queued read waits for the host to release its mailbox, since
+  // the device would never get there.
+  void wait_stream(const char* what);
+  bool awaits_release() const;  // some queued read waits for its mailbox's release
   // An op over more tokens than the decode kernels take (prefill) sends the rest of its step to
   // the stream: its kernels are long enough that launching them costs nothing, where graphs would
   // cost a build for every new prompt shape (H200, one run at depth 1K: pp512 5,028 tok/s as

@@ -23,7 +23,6 @@ namespace cuda {
 namespace {
 
 constexpr size_t kStagingBytes = 16u << 20;
-constexpr size_t kReadBufferBytes = 4u << 20;  // a logits row of a 1M-token vocabulary
 
 // A small stream-ordered device copy (a cache append) as a kernel rather than cudaMemcpyAsync: it
 // takes part in programmatic dependent launch, where a copy between two kernels stalls the stream.
@@ -134,6 +133,11 @@ CudaBackend::CudaBackend(bool int8_products)
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (ReadSlot& slot : read_slots_) {
+    check(cudaMallocHost(reinterpret_cast<void**>(&slot.host), kReadBufferBytes), "cudaMallocHost");
+    check(cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming), "cudaEventCreate");
+  }
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   check(cudaMallocHost(reinterpret_cast<void**>(&read_buffer_), kReadBufferBytes), "cudaMallocHost");
   check(cudaEventCreateWithFlags(&gather_copied_, cudaEventDisableTiming), "cudaEventCreate");
@@ -147,11 +151,11 @@ CudaBackend::CudaBackend(bool int8_products)
   programmatic_ = major >= 9 && !env_is("REGOLITH_CUDA_PDL", "0");
   if (step_graphs_wanted()) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic_,
-                                               graph_piece_nodes());
+                                               graph_piece_nodes(), [this] { wait_stream("graph retire"); });
     profiler_.on_op_over(kMatvecMaxTokens, [this] { leave_graphs(); });
     pool_->before_release = [this] {
       flush();
-      check(cudaStreamSynchronize(stream_), "release of cached buffers");
+      wait_stream("release of cached buffers");
     };
   }
   attach_hooks(recorder_ != nullptr);
@@ -173,7 +177,8 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(gather_);
   cudaEventDestroy(gather_copied_);
   for (cudaEvent_t e : read_landed_) cudaEventDestroy(e);
-  for (const auto& slot : read_slots_) cudaFreeHost(slot->host), cudaEventDestroy(slot->landed);
+  for (const ReadSlot& slot : read_slots_) cudaFreeHost(slot.host), cudaEventDestroy(slot.landed);
+  cudaStreamDestroy(upload_stream_);
   cudaFree(counters_);
   cudaStreamDestroy(stream_);
 }
@@ -193,8 +198,14 @@ void CudaBackend::leave_graphs() {
   recorder_->submit();
   // Drained, so that the stream's first programmatic launch follows no graph (a prefill step's
   // first ops: microseconds).
-  check(cudaStreamSynchronize(stream_), "step graphs before a prefill (a kernel before it failed)");
+  wait_stream("step graphs before a prefill");
   attach_hooks(false);
+}
+
+void CudaBackend::wait_stream(const char* what) {
+  if (awaits_release())
+    fail("cuda: ", what, " would wait for a queued step that waits for its token (give it first)");
+  check(cudaStreamSynchronize(stream_), cat(what, " (a kernel before it failed)").c_str());
 }
 
 void CudaBackend::resume_graphs() {
@@ -224,14 +235,17 @@ void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
     return;
   }
-  if (staging_head_ + bytes > kStagingBytes) {
+  const size_t need = (bytes + 255) & ~size_t{255};
+  uint64_t at = staged_;
+  if (at % kStagingBytes + need > kStagingBytes) at += kStagingBytes - at % kStagingBytes;  // from the ring's start
+  if (at + need - landed_ > kStagingBytes) {  // would overwrite a copy that may not have landed
     flush();
-    check(cudaStreamSynchronize(stream_), "upload (a kernel before it failed)");  // every staged copy is done
-    staging_head_ = 0;
+    wait_stream("upload");
+    landed_ = at;
   }
-  uint8_t* p = staging_ + staging_head_;
+  uint8_t* p = staging_ + at % kStagingBytes;
   std::memcpy(p, src, bytes);
-  staging_head_ += (bytes + 255) & ~size_t{255};
+  staged_ = at + need;
   memcpy_async(dst, p, bytes, cudaMemcpyHostToDevice, stream_, "upload");
 }
 
@@ -279,11 +293,12 @@ void CudaBackend::write(Tensor& dst, const void* src, size_t bytes) {
 
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
   if (bytes > src.n_bytes()) fail("read: ", bytes, " bytes from ", src.shape_string());
+  if (awaits_release()) fail("cuda: a read would wait for a queued step that waits for its token (give it first)");
   flush();
   resume_graphs();
   if (bytes > kReadBufferBytes) {
     check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
-    check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)");
+    wait_stream("read");
   } else {
     // Small reads land in pinned memory first (into pageable memory the driver stages the copy
     // itself: a decode step's logits, 1 MB, took about 3% longer to come back that way), in pieces
@@ -300,7 +315,7 @@ void CudaBackend::read(const Tensor& src, void* dst, size_t bytes) {
     }
   }
   profiler_.collect();
-  staging_head_ = 0;  // every staged upload has landed
+  landed_ = staged_;  // every staged upload has landed
 }
 
 void CudaBackend::copy(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t n) {
@@ -367,7 +382,6 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
   if (it != matrices_.end()) return it->second;
   DeviceMatrix m{nullptr, w.type, w.row_bytes, w.ne[0], w.n_rows()};
   profiler_.exclude_open();
-  flush();  // the upload waits for its staging buffer
   void* p = nullptr;
   if (has_device_decoder(w.type)) {
     // Staged through a bounded host buffer, whatever the tensor's size.
@@ -379,16 +393,17 @@ const DeviceMatrix& CudaBackend::matrix(const Weight& w) {
       int64_t r1 = std::min(m.n_rows, r0 + rows_per_step);
       to_device_layout(w, r0, r1, m.row_bytes, host.data());
       check(cudaMemcpyAsync(static_cast<uint8_t*>(p) + r0 * m.row_bytes, host.data(), (r1 - r0) * m.row_bytes,
-                            cudaMemcpyHostToDevice, stream_),
+                            cudaMemcpyHostToDevice, upload_stream_),
             "upload weight");
-      check(cudaStreamSynchronize(stream_), "upload weight");  // before the buffer is refilled
+      check(cudaStreamSynchronize(upload_stream_), "upload weight");  // before the buffer is refilled
     }
   } else {
     // No device decoder yet: dequantize once on the host and keep F32 rows.
     std::vector<float> f(static_cast<size_t>(w.n_elements()));
     for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
     check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
-    check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
+    check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, upload_stream_), "upload weight");
+    check(cudaStreamSynchronize(upload_stream_), "upload weight");
     m.type = GgmlType::F32;
     m.row_bytes = static_cast<uint64_t>(w.ne[0]) * 4;
   }
@@ -406,9 +421,9 @@ const float* CudaBackend::values(const Weight& w) {
   for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.data + r * w.row_bytes, w.ne[0], f.data() + r * w.ne[0]);
   void* p = nullptr;
   profiler_.exclude_open();
-  flush();  // a pageable upload
   check(cudaMalloc(&p, std::max<size_t>(f.size() * 4, 4)), "cudaMalloc (weight)");
-  check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_), "upload weight");
+  check(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, upload_stream_), "upload weight");
+  check(cudaStreamSynchronize(upload_stream_), "upload weight");
   weight_buffers_.push_back(p);
   return vectors_.emplace(key, static_cast<const float*>(p)).first->second;
 }

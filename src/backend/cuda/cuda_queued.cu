@@ -1,71 +1,80 @@
 // Queued decode steps (Session::queue_step): a step is issued before its token is known and reads
 // that token (and its n-gram rows) from a mailbox in mapped host memory when the device reaches
-// it. The first kernel that reads a mailbox waits on the device until the host has released it,
-// so the host issues step t+1 while the device runs step t, and the device starts step t+1 a
-// PCIe round trip after the host gives its token, instead of after the host has issued it.
-// Each step's logits come back by read_later: a copy queued behind the step into pinned memory.
+// it. The kernel that reads a mailbox first waits on the device until the host has released it,
+// so the host can issue step t+1 while the device runs step t, and the device starts step t+1 a
+// PCIe round trip after its token is given rather than after the host has issued all of it.
+// While such a read waits, the host must not wait for the stream (wait_stream refuses). Each
+// step's logits come back by read_later: a copy queued behind the step into pinned memory.
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 
 namespace regolith::cuda {
 
-namespace {
-
-constexpr int kThreads = 256;
-constexpr size_t kMailboxHeader = 64;  // the release counter, on its own line before the bytes
-
 class CudaMailbox final : public HostMailbox {
  public:
-  CudaMailbox(cudaStream_t stream, size_t bytes) : stream_(stream), size_(bytes) {
-    check(cudaHostAlloc(reinterpret_cast<void**>(&host_), kMailboxHeader + bytes, cudaHostAllocMapped),
-          "cudaHostAlloc (mailbox)");
-    std::memset(host_, 0, kMailboxHeader + bytes);
+  CudaMailbox(CudaBackend& backend, size_t bytes) : backend_(backend), size_(bytes) {
+    check(cudaHostAlloc(reinterpret_cast<void**>(&host_), kHeader + bytes, cudaHostAllocMapped), "cudaHostAlloc (mailbox)");
+    std::memset(host_, 0, kHeader + bytes);
     check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0), "cudaHostGetDevicePointer");
+    backend_.add_mailbox(this);
   }
   ~CudaMailbox() override {
-    cudaStreamSynchronize(stream_);  // no queued read is left to run on freed memory
+    backend_.remove_mailbox(this);
+    if (reads_waiting_) release();             // the device would wait for it forever
+    cudaStreamSynchronize(backend_.stream());  // no queued read is left to run on freed memory
     cudaFreeHost(host_);
   }
-  std::span<uint8_t> bytes() override { return {host_ + kMailboxHeader, size_}; }
+  std::span<uint8_t> bytes() override { return {host_ + kHeader, size_}; }
   void release() override {
     std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(host_)).store(++released_, std::memory_order_release);
+    reads_waiting_ = false;
   }
-  // What a read queued now waits for: the next release.
-  uint32_t next_release() const { return released_ + 1; }
+  // A read queued now waits for the next release.
+  uint32_t read_queued() {
+    reads_waiting_ = true;
+    return released_ + 1;
+  }
+  bool awaits_release() const { return reads_waiting_; }
   const uint32_t* device_counter() const { return reinterpret_cast<const uint32_t*>(device_); }
-  const uint8_t* device_bytes() const { return device_ + kMailboxHeader; }
+  const uint8_t* device_bytes() const { return device_ + kHeader; }
   size_t size() const { return size_; }
 
  private:
-  cudaStream_t stream_;
+  static constexpr size_t kHeader = 64;  // the release counter, on its own line before the bytes
+  CudaBackend& backend_;
   size_t size_;
   uint8_t* host_ = nullptr;
   uint8_t* device_ = nullptr;  // the same memory, as the device addresses it
   uint32_t released_ = 0;
+  bool reads_waiting_ = false;
 };
 
 class CudaPendingRead final : public PendingRead {
  public:
-  // busy: the slot's flag, cleared when this read is dropped.
-  CudaPendingRead(float* host, size_t n, cudaEvent_t landed, bool* busy)
-      : host_(host), n_(n), landed_(landed), busy_(busy) {}
+  CudaPendingRead(CudaBackend& backend, CudaBackend::ReadSlot& slot, size_t n) : backend_(backend), slot_(slot), n_(n) {}
   ~CudaPendingRead() override {
-    cudaEventSynchronize(landed_);  // the slot is reused only once its copy has landed
-    *busy_ = false;
+    cudaEventSynchronize(slot_.landed);  // the slot is reused only once its copy has landed
+    slot_.busy = false;
   }
   std::span<const float> wait() override {
-    check(cudaEventSynchronize(landed_), "read (a kernel before it failed)");
-    return {host_, n_};
+    check(cudaEventSynchronize(slot_.landed), "read (a kernel before it failed)");
+    backend_.landed_ = std::max(backend_.landed_, slot_.staged);
+    return {slot_.host, n_};
   }
 
  private:
-  float* host_;
+  CudaBackend& backend_;
+  CudaBackend::ReadSlot& slot_;
   size_t n_;
-  cudaEvent_t landed_;
-  bool* busy_;
 };
+
+namespace {
+
+constexpr int kThreads = 256;
 
 __device__ __forceinline__ uint32_t load_acquire_system(const uint32_t* p) {
   uint32_t v;
@@ -88,42 +97,42 @@ __global__ void receive_kernel(const uint32_t* counter, uint32_t release, const 
 
 }  // namespace
 
-std::unique_ptr<HostMailbox> CudaBackend::mailbox(size_t bytes) { return std::make_unique<CudaMailbox>(stream_, bytes); }
+bool CudaBackend::awaits_release() const {
+  return std::any_of(mailboxes_.begin(), mailboxes_.end(), [](const CudaMailbox* m) { return m->awaits_release(); });
+}
+
+std::unique_ptr<HostMailbox> CudaBackend::mailbox(size_t bytes) {
+  const char* on = std::getenv("REGOLITH_CUDA_QUEUED");
+  if (!on || std::string_view(on) != "1") return nullptr;
+  return std::make_unique<CudaMailbox>(*this, bytes);
+}
 
 void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
   OpScope scope(profiler_, "receive", -1, stream_);
   auto* mailbox = dynamic_cast<CudaMailbox*>(&from);
   if (!mailbox) fail("receive: not a mailbox of the cuda backend");
   const size_t bytes = dst.n_bytes();
-  if (offset % 4 || offset + bytes > mailbox->size())
+  if (offset % 4 || offset > mailbox->size() || bytes > mailbox->size() - offset)
     fail("receive: ", bytes, " bytes at ", offset, " of a ", mailbox->size(), "-byte mailbox");
   q8_output_ = {};
   const auto n = static_cast<int64_t>(bytes / 4);
   launch(stream_, "receive_kernel", receive_kernel, blocks_for(n, kThreads), kThreads, 0, mailbox->device_counter(),
-         mailbox->next_release(), reinterpret_cast<const uint32_t*>(mailbox->device_bytes() + offset),
+         mailbox->read_queued(), reinterpret_cast<const uint32_t*>(mailbox->device_bytes() + offset),
          static_cast<uint32_t*>(dst.data()), n);
 }
 
 std::unique_ptr<PendingRead> CudaBackend::read_later(const Tensor& src) {
   if (src.dtype() != DType::F32) fail("read_later on a non-F32 tensor");
+  const size_t bytes = src.n_bytes();
+  auto slot = std::find_if(read_slots_.begin(), read_slots_.end(), [](const ReadSlot& s) { return !s.busy; });
+  if (bytes > kReadBufferBytes || slot == read_slots_.end()) return Backend::read_later(src);  // read now
   flush();
   resume_graphs();
-  const size_t bytes = src.n_bytes();
-  ReadSlot* slot = nullptr;
-  for (const auto& s : read_slots_)
-    if (!s->busy && s->bytes >= bytes) slot = s.get();
-  if (!slot) {
-    read_slots_.push_back(std::make_unique<ReadSlot>());
-    slot = read_slots_.back().get();
-    check(cudaMallocHost(reinterpret_cast<void**>(&slot->host), bytes), "cudaMallocHost");
-    slot->bytes = bytes;
-    check(cudaEventCreateWithFlags(&slot->landed, cudaEventDisableTiming), "cudaEventCreate");
-  }
   check(cudaMemcpyAsync(slot->host, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
   check(cudaEventRecord(slot->landed, stream_), "cudaEventRecord");
+  slot->staged = staged_;
   slot->busy = true;
-  return std::make_unique<CudaPendingRead>(slot->host, static_cast<size_t>(src.n_elements()), slot->landed,
-                                           &slot->busy);
+  return std::make_unique<CudaPendingRead>(*this, *slot, static_cast<size_t>(src.n_elements()));
 }
 
 }  // namespace regolith::cuda

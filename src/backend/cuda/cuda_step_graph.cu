@@ -22,8 +22,10 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece)
+StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece,
+                           std::function<void()> drain)
     : stream_(stream),
+      drain_(std::move(drain)),
       report_(report),
       programmatic_(programmatic),
       max_piece_(std::max<size_t>(max_piece, 1)),
@@ -221,7 +223,7 @@ void StepRecorder::launch_pending() {
     ++reused_;
   } else {
     if (graphs_.size() == kMaxGraphs) {
-      check(cudaStreamSynchronize(stream_), "graph retire");  // the oldest may still run
+      drain_();  // the oldest may still run
       cudaGraphExecDestroy(graphs_.back().exec);
       cudaGraphDestroy(graphs_.back().graph);
       graphs_.pop_back();
