@@ -4,7 +4,8 @@
 // so the host can issue step t+1 while the device runs step t, and the device starts step t+1 a
 // PCIe round trip after its token is given rather than after the host has issued all of it.
 // While such a read waits, the host must not wait for the stream (wait_stream refuses). Each
-// step's logits come back by read_later: a copy queued behind the step into pinned memory.
+// step's logits come back by read_later: a copy queued behind the step into pinned memory. A step
+// graph (cuda_step_graph.cuh) sends such a step whole.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +116,7 @@ void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
   if (offset % 4 || offset > mailbox->size() || bytes > mailbox->size() - offset)
     fail("receive: ", bytes, " bytes at ", offset, " of a ", mailbox->size(), "-byte mailbox");
   q8_output_ = {};
+  if (recording_) recorder_->whole_step();
   const auto n = static_cast<int64_t>(bytes / 4);
   launch(stream_, "receive_kernel", receive_kernel, blocks_for(n, kThreads), kThreads, 0, mailbox->device_counter(),
          mailbox->read_queued(), reinterpret_cast<const uint32_t*>(mailbox->device_bytes() + offset),

@@ -40,6 +40,10 @@ class StepRecorder {
   // Sends what is recorded and not yet sent (nothing when nothing is); the next node begins a new
   // step.
   void submit();
+  // Sends the rest of this step as one graph at submit(), for a step issued while the device still
+  // runs the one before (a queued step): it cannot start early, and pieces would only add launch
+  // gaps between them.
+  void whole_step() { piece_size_ = SIZE_MAX; }
 
  private:
   struct Node {
