@@ -3,6 +3,7 @@
 //   decode  whole decode steps of a GGUF: ms/token, GB/s of the weight bytes a token reads, and
 //           that as a share of the measured copy bandwidth; also the prompt's prefill rate
 //   model   writes a random GGUF of the tiny or medium geometry for `decode`
+//   sample  the sampler on one row of logits (the host's share of every generated token)
 // Speed is accounted in bytes (style.md practice 8): a decode step reads every dense weight once,
 // k of E experts per MoE layer, one embedding row and the PLE rows.
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "convert/random_model.h"
 #include "core/error.h"
 #include "runtime/session.h"
+#include "sample/sampler.h"
 
 namespace regolith::bench {
 namespace {
@@ -84,6 +87,36 @@ GgmlType parse_type(const std::string& s) {
   return *t;
 }
 
+// Sampler::sample on V logits, flat (normal, sd 3) and peaked (sd 2, five far ahead), for run's
+// and the server's usual settings: ms per token, median of 5 timings of 10 draws each.
+void bench_sample(int64_t V) {
+  std::mt19937 gen(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> flat(static_cast<size_t>(V)), peaked(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) flat[i] = 3.0f * nd(gen), peaked[i] = 2.0f * nd(gen) + (i % (V / 5) == 7 ? 18.0f : 0.0f);
+  const std::pair<const char*, SamplerParams> settings[] = {
+      {"greedy", {.temp = 0}},
+      {"run (temp 0.8, top-k 40, top-p 0.95, min-p 0.05)", {}},
+      {"top-p 0.9 alone", {.temp = 1, .top_k = 0, .top_p = 0.9f, .min_p = 0}},
+      {"no filter (server default)", {.temp = 1, .top_k = 0, .top_p = 1, .min_p = 0}}};
+  std::printf("# sampler on %lld logits, ms/token\n%-52s %8s %8s\n", (long long)V, "settings", "flat", "peaked");
+  for (const auto& [name, params] : settings) {
+    double ms[2];
+    for (int k = 0; k < 2; ++k) {
+      Sampler s(params);
+      std::vector<double> runs;
+      for (int r = 0; r < 5; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 10; ++i) s.sample(k == 0 ? flat : peaked);
+        runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 100.0);
+      }
+      std::sort(runs.begin(), runs.end());
+      ms[k] = runs[2];
+    }
+    std::printf("%-52s %8.3f %8.3f\n", name, ms[0], ms[1]);
+  }
+}
+
 }  // namespace
 }  // namespace regolith::bench
 
@@ -120,12 +153,19 @@ int main(int argc, char** argv) {
   c_model->add_option("--geometry", model_geometry, "tiny (= mkmodel --preset tiny) | medium")->capture_default_str();
   c_model->add_option("--type", model_type, "Weight type of the matrices")->capture_default_str();
 
+  int64_t sample_vocab = 248320;
+  auto* c_sample = app.add_subcommand("sample", "Time the sampler on one row of logits");
+  c_sample->add_option("--vocab", sample_vocab, "Logits per row (the model's vocabulary)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*c_ops) {
       ops.type = parse_type(ops_type);
       ops.backends = split_list(ops_backends);
       bench_ops(ops);
+    } else if (*c_sample) {
+      if (sample_vocab < 5) fail("--vocab: at least 5 logits");
+      bench_sample(sample_vocab);
     } else if (*c_dec) {
       dec.backends = split_list(dec_backends);
       bench_decode(dec);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 namespace regolith {
 
@@ -25,6 +26,7 @@ class Sampler {
  private:
   SamplerParams params_;
   std::mt19937_64 rng_;
+  std::vector<double> weights_;  // a draw's weights over the whole vocabulary
 };
 
 int32_t argmax(std::span<const float> logits);
