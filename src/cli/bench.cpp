@@ -128,12 +128,14 @@ void run_bench(const BenchArgs& a) {
         double issue = 0, step_issue = 0;
         auto t0 = Clock::now();
         for (size_t i = 0; i < tokens.size(); ++i) {
-          if (mode == Steps::pipelined) {
+          if (mode == Steps::pipelined) {  // issue: queuing the step and giving its token
             auto t_issue = Clock::now();
             s.queue_step();
             issue += seconds_since(t_issue);
             if (i > 0) s.step_logits();
+            t_issue = Clock::now();
             s.give_token(tokens[i]);
+            issue += seconds_since(t_issue);
             continue;
           }
           s.eval(std::span<const int32_t>(&tokens[i], 1),
