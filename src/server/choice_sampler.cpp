@@ -9,11 +9,20 @@
 
 namespace regolith::server {
 
+// Whether produced_ + bytes and an opening agree as far as the shorter goes (no string is built:
+// mask() asks this of every token of the vocabulary).
 bool OpeningConstraint::allows(std::string_view bytes) const {
   if (bytes.empty()) return false;
-  std::string s = produced_ + std::string(bytes);
-  for (const std::string& o : openings_)
-    if (o.starts_with(s) || s.starts_with(o)) return true;
+  const std::string_view done = produced_;
+  for (std::string_view o : openings_) {
+    if (o.size() <= done.size()) {
+      if (done.starts_with(o)) return true;
+      continue;
+    }
+    if (!o.starts_with(done)) continue;
+    const std::string_view rest = o.substr(done.size());
+    if (rest.starts_with(bytes) || bytes.starts_with(rest)) return true;
+  }
   return false;
 }
 
