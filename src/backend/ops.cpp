@@ -270,11 +270,15 @@ std::unique_ptr<PendingRead> Backend::read_later(const Tensor& src) { return std
 
 std::unique_ptr<HostMailbox> Backend::mailbox(size_t) { return nullptr; }
 
+void check_receive(HostMailbox& from, size_t offset, const Tensor& dst) {
+  const size_t size = from.bytes().size();
+  if (offset > size || dst.n_bytes() > size - offset)
+    fail("receive: ", dst.n_bytes(), " bytes at ", offset, " of a ", size, "-byte mailbox");
+}
+
 void Backend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
-  std::span<const uint8_t> bytes = from.bytes();
-  if (offset > bytes.size() || dst.n_bytes() > bytes.size() - offset)
-    fail("receive: ", dst.n_bytes(), " bytes at ", offset, " of a ", bytes.size(), "-byte mailbox");
-  write(dst, bytes.data() + offset, dst.n_bytes());
+  check_receive(from, offset, dst);
+  write(dst, from.bytes().data() + offset, dst.n_bytes());
 }
 
 void Backend::get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) {

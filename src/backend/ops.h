@@ -278,6 +278,7 @@ class HostMailbox {
   virtual std::span<uint8_t> bytes() = 0;
   virtual void release() = 0;
 };
+void check_receive(HostMailbox& from, size_t offset, const Tensor& dst);
 
 // A read queued in stream order (Backend::read_later), waited for later.
 class PendingRead {

@@ -28,10 +28,12 @@ struct BestFirst {
   bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
 };
 
-// The k best ids, best first.
+}  // namespace
+
 std::vector<int32_t> best_ids(std::span<const float> logits, int64_t k) {
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
+  k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(ids.size()));
   if (k == static_cast<int64_t>(ids.size()))
     std::sort(ids.begin(), ids.end(), BestFirst{logits});
   else
@@ -39,8 +41,6 @@ std::vector<int32_t> best_ids(std::span<const float> logits, int64_t k) {
   ids.resize(static_cast<size_t>(k));
   return ids;
 }
-
-}  // namespace
 
 int32_t argmax(std::span<const float> logits) {
   if (logits.empty()) fail("argmax of no logits");

@@ -30,5 +30,7 @@ class Sampler {
 };
 
 int32_t argmax(std::span<const float> logits);
+// The k best ids (at most all), best first: higher logit, then lower id.
+std::vector<int32_t> best_ids(std::span<const float> logits, int64_t k);
 
 }  // namespace regolith

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 #include "tokenizer/tokenizer.h"
 
@@ -90,7 +89,6 @@ void ChoiceSampler::accept(int32_t token, const Tokenizer& tokenizer) {
 }
 
 void fill_logprobs(std::span<const float> logits, int32_t chosen, int k, GeneratedToken& out) {
-  const size_t V = logits.size();
   double mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
@@ -98,13 +96,7 @@ void fill_logprobs(std::span<const float> logits, int32_t chosen, int k, Generat
   out.logprob = static_cast<float>(logits[chosen] - log_z);
   out.top.clear();
   if (k <= 0) return;
-  std::vector<int32_t> ids(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  size_t n = std::min<size_t>(static_cast<size_t>(k), V);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (size_t i = 0; i < n; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
+  for (int32_t id : best_ids(logits, k)) out.top.push_back({id, static_cast<float>(logits[id] - log_z)});
 }
 
 }  // namespace regolith::server

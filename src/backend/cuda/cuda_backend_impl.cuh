@@ -215,6 +215,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kReadBufferBytes = 4u << 20;  // a logits row of a 1M-token vocabulary
   std::array<ReadSlot, 3> read_slots_{};  // two steps in flight and the last one read
   friend class CudaPendingRead;
+  bool queued_steps_ = false;  // mailbox() makes mailboxes (REGOLITH_CUDA_QUEUED=1)
   std::vector<CudaMailbox*> mailboxes_;
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;

@@ -7,9 +7,7 @@
 // step's logits come back by read_later: a copy queued behind the step into pinned memory. A step
 // graph (cuda_step_graph.cuh) sends such a step whole.
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 
@@ -42,7 +40,6 @@ class CudaMailbox final : public HostMailbox {
   bool awaits_release() const { return reads_waiting_; }
   const uint32_t* device_counter() const { return reinterpret_cast<const uint32_t*>(device_); }
   const uint8_t* device_bytes() const { return device_ + kHeader; }
-  size_t size() const { return size_; }
 
  private:
   static constexpr size_t kHeader = 64;  // the release counter, on its own line before the bytes
@@ -103,18 +100,16 @@ bool CudaBackend::awaits_release() const {
 }
 
 std::unique_ptr<HostMailbox> CudaBackend::mailbox(size_t bytes) {
-  const char* on = std::getenv("REGOLITH_CUDA_QUEUED");
-  if (!on || std::string_view(on) != "1") return nullptr;
-  return std::make_unique<CudaMailbox>(*this, bytes);
+  return queued_steps_ ? std::make_unique<CudaMailbox>(*this, bytes) : nullptr;
 }
 
 void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
   OpScope scope(profiler_, "receive", -1, stream_);
   auto* mailbox = dynamic_cast<CudaMailbox*>(&from);
   if (!mailbox) fail("receive: not a mailbox of the cuda backend");
+  check_receive(from, offset, dst);
+  if (offset % 4) fail("receive: offset ", offset, " is not a whole word");
   const size_t bytes = dst.n_bytes();
-  if (offset % 4 || offset > mailbox->size() || bytes > mailbox->size() - offset)
-    fail("receive: ", bytes, " bytes at ", offset, " of a ", mailbox->size(), "-byte mailbox");
   q8_output_ = {};
   if (recording_) recorder_->whole_step();
   const auto n = static_cast<int64_t>(bytes / 4);
