@@ -22,7 +22,10 @@ std::shared_ptr<Engine> Engine::open(const std::string& model_path, std::string_
   return open(model_path, BackendOptions{.name = std::string(backend)});
 }
 
-Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) { reset(); }
+Session::Session(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {
+  for (auto& inputs : mailboxes_) inputs = engine_->backend().mailbox(engine_->model().queued_inputs_bytes());
+  reset();
+}
 
 Session::~Session() {
   try {
@@ -49,13 +52,8 @@ void Session::queue_step() {
   const Qwen4ExpModel& model = engine_->model();
   Backend& be = engine_->backend();
   QueuedStep step;
-  std::unique_ptr<HostMailbox>& inputs = mailboxes_[steps_queued_ % 2];
-  if (has_mailboxes_ && !inputs) {
-    inputs = be.mailbox(model.queued_inputs_bytes());
-    has_mailboxes_ = inputs != nullptr;
-  }
-  if (has_mailboxes_) {
-    step.inputs = inputs.get();
+  if (HostMailbox* inputs = mailboxes_[steps_queued_ % 2].get()) {
+    step.inputs = inputs;
     try {
       step.logits = be.read_later(model.forward_queued(be, state_, *step.inputs, trace_));
     } catch (const std::exception&) {
@@ -114,6 +112,7 @@ int64_t Session::chunk_for(int64_t n, const EvalOptions& options) const {
 std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOptions& options) {
   if (options.chunk < 0) fail("eval: negative chunk size");
   if (awaits_token()) fail("eval: a queued step waits for its token");
+  queued_.clear();  // given steps whose logits nobody read: the forward below follows them
   Backend& be = engine_->backend();
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
   const int64_t chunk = chunk_for(n, options);

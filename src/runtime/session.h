@@ -77,10 +77,14 @@ class Session {
   //   queue_step(); give_token(t0);
   //   loop: queue_step(); logits = step_logits(); give_token(sample(logits));
   // A step left without its token is given token 0 by reset(), restore() and the destructor (its
-  // state is dropped); eval() and snapshot() refuse to run past it.
+  // state is dropped); eval() and snapshot() refuse to run past it. eval() drops the logits of
+  // given steps not yet read. A backend's mailboxes are made with the session: a session made
+  // while another's queued step waits for its token could otherwise wait for the device forever.
   void queue_step();
   void give_token(int32_t token);
   std::span<const float> step_logits();  // [n_vocab], valid until the next step_logits()
+  bool awaits_token() const { return !queued_.empty() && !queued_.back().given; }
+  bool has_unread_step() const { return !queued_.empty() && queued_.front().given; }
 
   int64_t n_past() const { return state_.n_past; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -91,7 +95,6 @@ class Session {
 
  private:
   int64_t chunk_for(int64_t n, const EvalOptions& options) const;
-  bool awaits_token() const { return !queued_.empty() && !queued_.back().given; }
   void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
 
   struct QueuedStep {
@@ -105,8 +108,7 @@ class Session {
   std::vector<int32_t> tokens_;
   TraceFn trace_;
   std::deque<QueuedStep> queued_;  // oldest first
-  std::array<std::unique_ptr<HostMailbox>, 2> mailboxes_;  // a step's inputs, used in turn
-  bool has_mailboxes_ = true;
+  std::array<std::unique_ptr<HostMailbox>, 2> mailboxes_;  // a step's inputs, used in turn; null: none
   int64_t steps_queued_ = 0;
   std::unique_ptr<PendingRead> read_;  // the last step_logits()'s values
 };

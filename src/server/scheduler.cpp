@@ -65,16 +65,13 @@ struct Scheduler::Sequence {
   std::unique_ptr<ChoiceSampler> sampler;
   std::unique_ptr<TextStream> text;
   int64_t n_generated = 0;
-  int32_t last_token = -1;  // chosen, not yet fed to the session
+  int32_t last_token = -1;  // the last token chosen
   bool done = false;
 };
 
 struct Scheduler::BatchEntry {
   Sequence* seq = nullptr;
-  std::span<const int32_t> tokens;
-  std::vector<float> logits{};  // out: the row of the last token
-  int64_t ns = 0;               // out
-  std::string error{};          // out
+  std::span<const int32_t> tokens;  // a prompt chunk; empty for a running reply
 };
 
 Scheduler::Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer, SchedulerOptions options,
@@ -234,9 +231,8 @@ bool Scheduler::waits_for_commit(const Pending& p) const {
   const std::vector<int32_t>& prompt = p.task->task.prompt;
   for (const auto& seq : active_) {
     if (seq->done || seq->phase != Sequence::Phase::commit) continue;
-    const std::vector<int32_t>& timeline = slots_[static_cast<size_t>(seq->slot)].session->tokens();
-    if (timeline.size() < prompt.size() && prompt[timeline.size()] == seq->last_token &&
-        std::equal(timeline.begin(), timeline.end(), prompt.begin()))
+    const std::vector<int32_t>& timeline = session_of(*seq).tokens();
+    if (timeline.size() <= prompt.size() && std::equal(timeline.begin(), timeline.end(), prompt.begin()))
       return true;
   }
   return false;
@@ -365,7 +361,7 @@ void Scheduler::step() {
   int64_t budget = options_.step_tokens;
   for (auto& seq : active_)
     if (seq->phase != Sequence::Phase::prefill) {
-      batch.push_back({.seq = seq.get(), .tokens = std::span<const int32_t>(&seq->last_token, 1)});
+      batch.push_back({.seq = seq.get()});
       --budget;
     }
   bool any_prefill = false;
@@ -381,44 +377,46 @@ void Scheduler::step() {
   }
   run_batch(batch);
   ++metrics_.steps;
-  for (BatchEntry& e : batch) {
-    Sequence& seq = *e.seq;
-    if (!e.error.empty()) {
-      fail_sequence(seq, e.error);
-      continue;
-    }
-    switch (seq.phase) {
-      case Sequence::Phase::prefill:
-        metrics_.prefill_ns += e.ns;
-        metrics_.prefilled_tokens += static_cast<int64_t>(e.tokens.size());
-        seq.pos += static_cast<int64_t>(e.tokens.size());
-        after_prefill(seq, e.logits);
-        break;
-      case Sequence::Phase::decode:
-        metrics_.decode_ns += e.ns;
-        next_token(seq, e.logits);
-        break;
-      case Sequence::Phase::commit:
-        snapshot_into_cache(seq, SnapshotPoint::reply_end, e.logits);
-        release(seq);
-        break;
-    }
-  }
   std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
 }
 
 // One engine step over all entries. The runtime evaluates one Session per call, so this is a loop;
 // a batched engine call (all sessions' tokens in one forward pass) replaces exactly this function.
+// A running reply's step was issued (and given its token) when the token was chosen; here the next
+// one is issued before its logits are read. Each sequence gives the step it issued its token before
+// the loop moves on, so no other session's work is ever queued behind a step that waits.
 void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
   for (BatchEntry& e : batch) {
-    Session& session = *slots_[static_cast<size_t>(e.seq->slot)].session;
+    Sequence& seq = *e.seq;
+    Session& session = session_of(seq);
     auto t0 = Clock::now();
     try {
-      e.logits = session.eval(e.tokens, {.chunk = 0, .all_logits = false});
+      switch (seq.phase) {
+        case Sequence::Phase::prefill: {
+          std::vector<float> logits = session.eval(e.tokens, {.chunk = 0, .all_logits = false});
+          metrics_.prefill_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+          metrics_.prefilled_tokens += static_cast<int64_t>(e.tokens.size());
+          seq.pos += static_cast<int64_t>(e.tokens.size());
+          after_prefill(seq, logits);
+          break;
+        }
+        case Sequence::Phase::decode: {
+          // Not when the next token ends the reply and nothing would feed it.
+          if (seq.n_generated + 1 < seq.task->task.max_tokens || commits(seq)) session.queue_step();
+          next_token(seq, session.step_logits());
+          metrics_.decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+          break;
+        }
+        case Sequence::Phase::commit: {
+          std::span<const float> logits = session.step_logits();
+          snapshot_into_cache(seq, SnapshotPoint::reply_end, std::vector<float>(logits.begin(), logits.end()));
+          release(seq);
+          break;
+        }
+      }
     } catch (const std::exception& ex) {
-      e.error = ex.what();
+      if (!seq.done) fail_sequence(seq, ex.what());
     }
-    e.ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   }
 }
 
@@ -438,7 +436,7 @@ void Scheduler::after_prefill(Sequence& seq, const std::vector<float>& logits) {
   t.prompt_done = Clock::now();
   t.usage.prefill_ms = ms_between(t.admitted, t.prompt_done);
   if (t.forks_pending > 0) {
-    t.prompt_snapshot = std::make_shared<const SessionSnapshot>(slots_[static_cast<size_t>(seq.slot)].session->snapshot());
+    t.prompt_snapshot = std::make_shared<const SessionSnapshot>(session_of(seq).snapshot());
     ++metrics_.snapshots_taken;
     t.prompt_logits = logits;
     for (int c = t.task.n_choices - 1; c >= 1; --c) pending_.push_front(std::make_unique<Pending>(Pending{seq.task, c, {}}));
@@ -464,9 +462,19 @@ void Scheduler::next_token(Sequence& seq, std::span<const float> logits) {
   ++seq.n_generated;
   ++metrics_.generated_tokens;
   t.request->results->push(std::move(e));
-  if (seq.text->stopped()) finish(seq, FinishReason::stop, false);
-  else if (seq.n_generated >= task.max_tokens) finish(seq, FinishReason::length, true);
-  else seq.phase = Sequence::Phase::decode;
+  if (seq.text->stopped()) {
+    finish(seq, FinishReason::stop, false);
+  } else if (seq.n_generated >= task.max_tokens) {
+    finish(seq, FinishReason::length, true);
+  } else {
+    feed(session_of(seq), token);
+    seq.phase = Sequence::Phase::decode;
+  }
+}
+
+void Scheduler::feed(Session& session, int32_t token) {
+  if (!session.awaits_token()) session.queue_step();
+  session.give_token(token);
 }
 
 void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token) {
@@ -477,11 +485,19 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token)
   t.request->results->push(std::move(e));
   t.usage.completion_tokens += seq.n_generated;
   finish_task_choice(t);
+  seq.phase = Sequence::Phase::commit;  // answered: a failure from here on sends no error
   // The reply's last token (often the end-of-turn token the next turn's prompt repeats) is fed
-  // after the client has its answer, so the cached state covers the whole reply.
-  if (feed_last_token && cache_.enabled() && t.task.use_cache) seq.phase = Sequence::Phase::commit;
-  else release(seq);
+  // after the client has its answer, so the cached state covers the whole reply. A step issued
+  // ahead gets it in any case: it waits for a token.
+  Session& session = session_of(seq);
+  const bool commit = feed_last_token && commits(seq);
+  if (commit || session.awaits_token()) feed(session, seq.last_token);
+  if (!commit) release(seq);
 }
+
+bool Scheduler::commits(const Sequence& seq) const { return cache_.enabled() && seq.task->task.use_cache; }
+
+Session& Scheduler::session_of(const Sequence& seq) const { return *slots_[static_cast<size_t>(seq.slot)].session; }
 
 void Scheduler::finish_task_choice(TaskRun& t) {
   if (--t.choices_left > 0) return;
@@ -497,7 +513,7 @@ void Scheduler::release(Sequence& seq) {
 }
 
 void Scheduler::fail_sequence(Sequence& seq, const std::string& message) {
-  slots_[static_cast<size_t>(seq.slot)].session->reset();  // the state may be half-updated
+  session_of(seq).reset();  // the state may be half-updated
   release(seq);
   if (!seq.task || seq.task->failed || seq.phase == Sequence::Phase::commit) return;  // commit: already answered
   seq.task->failed = true;
@@ -506,7 +522,7 @@ void Scheduler::fail_sequence(Sequence& seq, const std::string& message) {
 
 void Scheduler::snapshot_into_cache(Sequence& seq, SnapshotPoint point, const std::vector<float>& logits) {
   if (!cache_.enabled() || (seq.task && !seq.task->task.use_cache)) return;
-  const Session& session = *slots_[static_cast<size_t>(seq.slot)].session;
+  const Session& session = session_of(seq);
   const std::vector<int32_t>& tokens = session.tokens();
   if (cache_.refresh(tokens, point)) return;
   size_t bytes = estimate_snapshot_bytes(engine_->model().hparams(), static_cast<int64_t>(tokens.size()), engine_->gdn_state());

@@ -6,6 +6,8 @@
 // same way and snapshots land on shared boundaries), a running reply by one token, so streams keep
 // flowing while long prompts are read. The runtime evaluates one Session per call today, so a step
 // runs its entries in a loop (run_batch); a batched engine call replaces that loop, not the step.
+// A running reply's next step is issued before its logits are read (Session::queue_step) and is
+// given its token as soon as the token is chosen.
 //
 // Prefix cache: snapshots at chunk boundaries, at the end of each prompt and at the end of each
 // reply (after feeding the reply's last token, once the client has its answer) go into a PrefixCache;
@@ -76,8 +78,11 @@ class Scheduler {
   void step();
   void run_batch(std::vector<BatchEntry>& batch);
   void after_prefill(Sequence& seq, const std::vector<float>& logits);
-  void next_token(Sequence& seq, std::span<const float> logits);
+  void next_token(Sequence& seq, std::span<const float> logits);  // chooses the token and feeds it
+  void feed(Session& session, int32_t token);                      // to the step issued ahead, or a new one
   void finish(Sequence& seq, FinishReason reason, bool feed_last_token);
+  bool commits(const Sequence& seq) const;  // the reply's end goes into the prefix cache
+  Session& session_of(const Sequence& seq) const;
   void finish_task_choice(TaskRun& task);
   void release(Sequence& seq);
   void fail_sequence(Sequence& seq, const std::string& message);

@@ -171,6 +171,28 @@ TEST_P(Consistency, QueuedStepsRefuseMisuse) {
   EXPECT_EQ(s.eval(tokens), fresh.eval(tokens));
 }
 
+// Given steps whose logits nobody read (a server sequence that ended or was cancelled) are left
+// behind by eval: the timeline goes on from them, and later queued steps return their own logits.
+TEST_P(Consistency, EvalAfterUnreadStepsContinuesTheTimeline) {
+  auto tokens = prompt(5);
+  Session serial(engine_), s(engine_);
+  std::vector<std::vector<float>> want;
+  for (int32_t t : tokens) want.push_back(serial.eval(std::span<const int32_t>(&t, 1)));
+  s.queue_step();
+  s.give_token(tokens[0]);
+  s.queue_step();
+  s.give_token(tokens[1]);
+  EXPECT_TRUE(s.has_unread_step());
+  EXPECT_EQ(s.eval(std::span<const int32_t>(&tokens[2], 1)), want[2]);
+  EXPECT_EQ(s.eval(std::span<const int32_t>(&tokens[3], 1)), want[3]);
+  EXPECT_FALSE(s.has_unread_step());
+  s.queue_step();
+  s.give_token(tokens[4]);
+  std::span<const float> got = s.step_logits();
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want[4].begin(), want[4].end()));
+  EXPECT_EQ(s.tokens(), serial.tokens());
+}
+
 TEST_P(Consistency, RestoreThenContinueEqualsUninterrupted) {
   auto a = prompt(30, 2), b = prompt(25, 3), detour = prompt(40, 4);
   Session straight(engine_);

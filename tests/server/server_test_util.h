@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -53,6 +54,7 @@ class ServerProcess {
       ::close(out[0]);
       std::vector<std::string> all = {REGOLITH_BIN, "serve", "-m", model, "--port", "0"};
       all.insert(all.end(), args.begin(), args.end());
+      if (const char* backend = std::getenv("REGOLITH_TEST_SERVER_BACKEND")) all.insert(all.end(), {"--backend", backend});
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
       argv.push_back(nullptr);

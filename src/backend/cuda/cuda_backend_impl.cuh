@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -204,8 +205,9 @@ class CudaBackend final : public Backend {
   cudaStream_t upload_stream_ = nullptr;  // weights' first uploads, waited for alone
   uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
   std::array<cudaEvent_t, 4> read_landed_{};  // a small read's pieces, each copied out once it lands
-  // read_later's landing places, made with the backend (a pinned allocation may wait for the
-  // device): kReadBufferBytes each, an event for the copy into each, reused once free.
+  // read_later's landing places, made with the backend and with each session's mailboxes (a
+  // pinned allocation may wait for the device): kReadBufferBytes each, an event for the copy into
+  // each, reused once free. A deque: pending reads hold references to their slots.
   struct ReadSlot {
     float* host = nullptr;
     cudaEvent_t landed = nullptr;
@@ -213,7 +215,9 @@ class CudaBackend final : public Backend {
     bool busy = false;
   };
   static constexpr size_t kReadBufferBytes = 4u << 20;  // a logits row of a 1M-token vocabulary
-  std::array<ReadSlot, 3> read_slots_{};  // two steps in flight and the last one read
+  // A session queues up to two steps while it reads the last one: three slots per two mailboxes.
+  std::deque<ReadSlot> read_slots_;
+  void add_read_slots(size_t n);
   friend class CudaPendingRead;
   bool queued_steps_ = false;  // mailbox() makes mailboxes (REGOLITH_CUDA_QUEUED=1)
   std::vector<CudaMailbox*> mailboxes_;

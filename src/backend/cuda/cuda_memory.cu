@@ -134,10 +134,7 @@ CudaBackend::CudaBackend(bool int8_products)
   check(upload_iq_grids(), "upload of the I-quant grids");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  for (ReadSlot& slot : read_slots_) {
-    check(cudaMallocHost(reinterpret_cast<void**>(&slot.host), kReadBufferBytes), "cudaMallocHost");
-    check(cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming), "cudaEventCreate");
-  }
+  add_read_slots(3);
   check(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes), "cudaMallocHost");
   check(cudaMallocHost(reinterpret_cast<void**>(&read_buffer_), kReadBufferBytes), "cudaMallocHost");
   check(cudaEventCreateWithFlags(&gather_copied_, cudaEventDisableTiming), "cudaEventCreate");
@@ -152,7 +149,7 @@ CudaBackend::CudaBackend(bool int8_products)
   queued_steps_ = env_is("REGOLITH_CUDA_QUEUED", "1");
   if (step_graphs_wanted()) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic_,
-                                               graph_piece_nodes(), [this] { wait_stream("graph retire"); });
+                                               graph_piece_nodes());
     profiler_.on_op_over(kMatvecMaxTokens, [this] { leave_graphs(); });
     pool_->before_release = [this] {
       flush();

@@ -100,7 +100,19 @@ bool CudaBackend::awaits_release() const {
 }
 
 std::unique_ptr<HostMailbox> CudaBackend::mailbox(size_t bytes) {
-  return queued_steps_ ? std::make_unique<CudaMailbox>(*this, bytes) : nullptr;
+  if (!queued_steps_) return nullptr;
+  auto m = std::make_unique<CudaMailbox>(*this, bytes);
+  const size_t wanted = (mailboxes_.size() + 1) / 2 * 3;
+  if (read_slots_.size() < wanted) add_read_slots(wanted - read_slots_.size());
+  return m;
+}
+
+void CudaBackend::add_read_slots(size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    ReadSlot& slot = read_slots_.emplace_back();
+    check(cudaMallocHost(reinterpret_cast<void**>(&slot.host), kReadBufferBytes), "cudaMallocHost");
+    check(cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming), "cudaEventCreate");
+  }
 }
 
 void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {

@@ -13,7 +13,8 @@ namespace {
 
 // Graphs kept per stream: a decode step's pieces (about 10 for the benchmark model), for each
 // sequence of kernels that decode takes (sessions at other context lengths, drafts, verifying
-// steps). A full list drains the stream before it drops one.
+// steps). A full list drops its least recently used graph; one still running is freed by the
+// driver when it completes (cudaGraphExecDestroy), so nothing waits for the stream.
 constexpr size_t kMaxGraphs = 256;
 constexpr size_t kFirstPiece = 4;
 constexpr size_t kArgAlign = 16;
@@ -22,10 +23,8 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
 }  // namespace
 
-StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece,
-                           std::function<void()> drain)
+StepRecorder::StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece)
     : stream_(stream),
-      drain_(std::move(drain)),
       report_(report),
       programmatic_(programmatic),
       max_piece_(std::max<size_t>(max_piece, 1)),
@@ -223,7 +222,6 @@ void StepRecorder::launch_pending() {
     ++reused_;
   } else {
     if (graphs_.size() == kMaxGraphs) {
-      drain_();  // the oldest may still run
       cudaGraphExecDestroy(graphs_.back().exec);
       cudaGraphDestroy(graphs_.back().graph);
       graphs_.pop_back();

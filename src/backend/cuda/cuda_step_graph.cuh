@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <functional>
 #include <list>
 #include <memory>
 #include <vector>
@@ -25,9 +24,8 @@ class StepRecorder {
   // report: print the counters below on stderr when destroyed (REGOLITH_CUDA_PROFILE=1).
   // programmatic: a kernel that follows a kernel depends on it through a programmatic edge (the
   // graph form of programmatic dependent launch, cuda_launch.cuh), so it is scheduled while its
-  // predecessor still runs. max_piece: the longest piece, in nodes (at least 1). drain: waits
-  // for the stream, before a graph that may still run is destroyed.
-  StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece, std::function<void()> drain);
+  // predecessor still runs. max_piece: the longest piece, in nodes (at least 1).
+  StepRecorder(cudaStream_t stream, bool report, bool programmatic, size_t max_piece);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -76,7 +74,6 @@ class StepRecorder {
   void launch_pending();
 
   cudaStream_t stream_;
-  std::function<void()> drain_;
   std::vector<Node> pending_;
   std::vector<uint8_t> pending_args_;
   uint64_t pending_shape_ = 0;
