@@ -205,9 +205,10 @@ class CudaBackend final : public Backend {
   cudaStream_t upload_stream_ = nullptr;  // weights' first uploads, waited for alone
   uint8_t* read_buffer_ = nullptr;  // pinned landing place of small reads (a decode step's logits)
   std::array<cudaEvent_t, 4> read_landed_{};  // a small read's pieces, each copied out once it lands
-  // read_later's landing places, made with the backend and with each session's mailboxes (a
-  // pinned allocation may wait for the device): kReadBufferBytes each, an event for the copy into
-  // each, reused once free. A deque: pending reads hold references to their slots.
+  // read_later's landing places, made with the backend, with each session's mailboxes and when
+  // none is free while no queued read waits (a pinned allocation may wait for the device):
+  // kReadBufferBytes each, an event for the copy into each, reused once free. A deque: pending
+  // reads hold references to their slots.
   struct ReadSlot {
     float* host = nullptr;
     cudaEvent_t landed = nullptr;

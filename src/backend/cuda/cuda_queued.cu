@@ -6,8 +6,10 @@
 // While such a read waits, the host must not wait for the stream (wait_stream refuses). Each
 // step's logits come back by read_later: a copy queued behind the step into pinned memory. A step
 // graph (cuda_step_graph.cuh) sends such a step whole.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
 
@@ -133,8 +135,15 @@ void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
 std::unique_ptr<PendingRead> CudaBackend::read_later(const Tensor& src) {
   if (src.dtype() != DType::F32) fail("read_later on a non-F32 tensor");
   const size_t bytes = src.n_bytes();
+  if (bytes > kReadBufferBytes) return Backend::read_later(src);  // read now
   auto slot = std::find_if(read_slots_.begin(), read_slots_.end(), [](const ReadSlot& s) { return !s.busy; });
-  if (bytes > kReadBufferBytes || slot == read_slots_.end()) return Backend::read_later(src);  // read now
+  if (slot == read_slots_.end()) {
+    // More sessions than slots: one more, unless a queued read waits (a pinned allocation may wait
+    // for the device); then this read happens now, or fails in wait_stream.
+    if (awaits_release()) return Backend::read_later(src);
+    add_read_slots(1);
+    slot = std::prev(read_slots_.end());
+  }
   flush();
   resume_graphs();
   check(cudaMemcpyAsync(slot->host, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
