@@ -1,6 +1,7 @@
 // Picks the next token of one choice: logit bias, penalties (OpenAI presence/frequency over the
 // generated tokens; transformers' repetition penalty over prompt and generated tokens), an optional
-// forced opening (the reply must begin with one of a few texts), then regolith's Sampler. Also
+// forced opening (the reply must begin with one of a few texts) or JSON mode (json_constraint.h),
+// then regolith's Sampler. Also
 // computes the log-probabilities reported to clients, from the model's untouched distribution.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "sample/sampler.h"
+#include "server/json_constraint.h"
 #include "server/task.h"
 
 namespace regolith {
@@ -36,8 +38,9 @@ class OpeningConstraint {
 
 class ChoiceSampler {
  public:
+  // json: the vocabulary's JSON tries when the reply must be a JSON object, else null.
   ChoiceSampler(const SamplingOptions& options, uint64_t seed, std::span<const int32_t> prompt,
-                std::vector<std::string> forced_openings);
+                std::vector<std::string> forced_openings, const JsonVocabulary* json = nullptr);
 
   int32_t choose(std::span<const float> logits, const Tokenizer& tokenizer);
   void accept(int32_t token, const Tokenizer& tokenizer);  // the chosen token, for penalties and the constraint
@@ -48,6 +51,7 @@ class ChoiceSampler {
   std::vector<int32_t> prompt_distinct_;         // sorted
   std::unordered_map<int32_t, int32_t> counts_;  // generated token -> occurrences
   OpeningConstraint opening_;
+  JsonConstraint json_;
   std::vector<float> work_;
 };
 

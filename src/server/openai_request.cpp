@@ -171,8 +171,10 @@ CommonFields parse_common(const Fields& f, const ModelInfo& model, GenerationTas
   if (auto mct = f.integer("max_completion_tokens", 1, std::numeric_limits<int64_t>::max())) c.max_tokens = mct;
   if (const Json* rf = f.object("response_format")) {
     auto type = Fields(*rf, "response_format.").string("type");
-    if (type && *type != "text")
-      throw invalid_request("response_format '" + *type + "' is not supported (no constrained decoding yet)", "response_format");
+    if (!type) throw invalid_request("Missing required parameter: 'response_format.type'.", "response_format.type");
+    if (*type == "json_object") task.json_object = true;
+    else if (*type != "text")
+      throw invalid_request("response_format '" + *type + "' is not supported (text and json_object are)", "response_format");
   }
   return c;
 }
@@ -345,6 +347,14 @@ ChatRequest parse_chat_request(const Json& body, const ModelInfo& model) {
   }
   size_t open = r.prompt_text.rfind("<think>"), close = r.prompt_text.rfind("</think>");
   r.reasoning_open = open != std::string::npos && (close == std::string::npos || close < open);
+  if (r.task.json_object) {
+    if (choice == "required" || choice == "function")
+      throw invalid_request("'response_format' json_object and a forced tool call ('tool_choice') exclude each other",
+                            "response_format");
+    // The reply is the JSON object alone: a reasoning block the template opened is closed empty,
+    // as templates do when thinking is off.
+    if (r.reasoning_open) r.prompt_text += "</think>\n\n", r.reasoning_open = false;
+  }
 
   if (choice == "required" || choice == "function") {
     for (const ToolSpec& t : tools) {

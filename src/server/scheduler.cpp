@@ -305,7 +305,9 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
   seq->prompt = &t.task.prompt;
   static std::mt19937_64 random_seeds{std::random_device{}()};
   uint64_t seed = t.task.sampling.seed ? *t.task.sampling.seed + static_cast<uint64_t>(p.choice) : random_seeds();
-  seq->sampler = std::make_unique<ChoiceSampler>(t.task.sampling, seed, t.task.prompt, t.task.forced_openings);
+  if (t.task.json_object && !json_vocabulary_) json_vocabulary_ = std::make_unique<JsonVocabulary>(tokenizer_);
+  seq->sampler = std::make_unique<ChoiceSampler>(t.task.sampling, seed, t.task.prompt, t.task.forced_openings,
+                                                 t.task.json_object ? json_vocabulary_.get() : nullptr);
   seq->text = std::make_unique<TextStream>(tokenizer_, t.task.stop);
   const int64_t len = static_cast<int64_t>(t.task.prompt.size());
 
@@ -361,7 +363,7 @@ void Scheduler::step() {
   int64_t budget = options_.step_tokens;
   for (auto& seq : active_)
     if (seq->phase != Sequence::Phase::prefill) {
-      batch.push_back({.seq = seq.get()});
+      batch.push_back({.seq = seq.get(), .tokens = {}});
       --budget;
     }
   bool any_prefill = false;

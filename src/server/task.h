@@ -35,6 +35,7 @@ struct GenerationTask {
   // When not empty, the reply must begin with one of these texts (a forced tool call); the model
   // picks among them token by token.
   std::vector<std::string> forced_openings;
+  bool json_object = false;   // the reply is one JSON object (response_format json_object)
   bool use_cache = true;      // restore from and store into the prefix cache
 };
 

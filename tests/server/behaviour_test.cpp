@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "server/cache_store.h"
+#include "server/json_constraint.h"
 #include "server_test_util.h"
 
 namespace regolith::test {
@@ -80,6 +81,43 @@ TEST(Batching, SixteenConcurrentGreedyStreamsEqualTheSameRequestsAlone) {
   // Shared steps: far fewer than one step per token of every stream.
   std::printf("[batching] 16 streams x %d tokens in %.0f scheduler steps\n", max_tokens, steps);
   EXPECT_LT(steps, n * max_tokens / 2);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// JSON mode on the tiny random model: a reply that ends is one JSON object; one cut off by
+// max_tokens is the start of one. Streamed and not, greedy and sampled.
+TEST(JsonMode, RepliesAreJsonObjects) {
+  ServerProcess s({"--parallel", "2"});
+  int ended = 0;
+  for (int i = 0; i < 8; ++i) {
+    Json body = chat_body("reply in JSON " + std::to_string(i), 160, i % 2 == 1);
+    body["response_format"] = {{"type", "json_object"}};
+    body["temperature"] = i < 4 ? 0.0 : 1.0;
+    body["seed"] = i;
+    HttpResult r = post(s.port(), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string content, finish;
+    if (i % 2 == 1) {
+      content = streamed_content(r.body);
+      for (const Json& e : sse_events(r.body))
+        for (const Json& choice : e["choices"])
+          if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    } else {
+      const Json j = r.json();
+      content = j["choices"][0]["message"]["content"].get<std::string>();
+      finish = j["choices"][0]["finish_reason"];
+    }
+    SCOPED_TRACE("reply " + std::to_string(i) + " (" + finish + "): " + content);
+    if (finish == "stop") {
+      ++ended;
+      EXPECT_TRUE(Json::parse(content).is_object());
+    } else {
+      ASSERT_EQ(finish, "length");
+      server::JsonRecognizer prefix;
+      for (char c : content) ASSERT_TRUE(prefix.step(static_cast<uint8_t>(c)));
+    }
+  }
+  std::printf("[json] %d of 8 replies ended within 160 tokens\n", ended);
   EXPECT_EQ(s.stop(), 0);
 }
 

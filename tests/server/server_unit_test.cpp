@@ -278,6 +278,30 @@ TEST_F(RequestParsing, BadValuesAreClientErrors) {
   EXPECT_EQ(status_of(R"({"prompt":"a","suffix":"b"})", false), 400);
 }
 
+// response_format json_object: a task flag; a reasoning block the template opens is closed empty
+// (the reply is the object alone); other formats and a forced tool call beside it are refused.
+TEST_F(RequestParsing, JsonModeIsATaskFlagAndClosesOpenReasoning) {
+  const char* json_chat = R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})";
+  ChatRequest c = parse_chat_request(Json::parse(json_chat), model_);
+  EXPECT_TRUE(c.task.json_object);
+  EXPECT_FALSE(parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), model_).task.json_object);
+  EXPECT_TRUE(parse_completion_request(Json::parse(R"({"prompt":"a","response_format":{"type":"json_object"}})"), model_)
+                  .tasks[0].json_object);
+  ChatTemplate thinking(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "<|im_start|>assistant\n<think>\n");
+  model_.chat_template = &thinking;
+  ChatRequest t = parse_chat_request(Json::parse(json_chat), model_);
+  EXPECT_FALSE(t.reasoning_open);
+  EXPECT_TRUE(t.prompt_text.ends_with("<think></think>\n\n")) << t.prompt_text;
+  EXPECT_TRUE(parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), model_).reasoning_open);
+  model_.chat_template = tmpl_.get();
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema"}})"), 400);
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{}})"), 400);
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"},
+      "tool_choice":"required","tools":[{"type":"function","function":{"name":"g"}}]})"), 400);
+}
+
 TEST_F(RequestParsing, ForcedToolChoiceOpensTheCall) {
   ChatRequest c = parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"weather?"}],
       "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],
