@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "sample/sampler.h"
 #include "server/json_constraint.h"
+#include "server/json_schema.h"
 #include "server/task.h"
 
 namespace regolith {
@@ -38,9 +40,11 @@ class OpeningConstraint {
 
 class ChoiceSampler {
  public:
-  // json: the vocabulary's JSON tries when the reply must be a JSON object, else null.
+  // json: the vocabulary's JSON tries when the reply must be JSON (a value of `schema` when one is
+  // given, else an object), null otherwise.
   ChoiceSampler(const SamplingOptions& options, uint64_t seed, std::span<const int32_t> prompt,
-                std::vector<std::string> forced_openings, const JsonVocabulary* json = nullptr);
+                std::vector<std::string> forced_openings, const JsonVocabulary* json = nullptr,
+                const JsonGrammar* schema = nullptr);
 
   int32_t choose(std::span<const float> logits, const Tokenizer& tokenizer);
   void accept(int32_t token, const Tokenizer& tokenizer);  // the chosen token, for penalties and the constraint
@@ -51,7 +55,8 @@ class ChoiceSampler {
   std::vector<int32_t> prompt_distinct_;         // sorted
   std::unordered_map<int32_t, int32_t> counts_;  // generated token -> occurrences
   OpeningConstraint opening_;
-  JsonConstraint json_;
+  std::optional<JsonConstraint> json_;
+  std::optional<TokenConstraint<JsonGrammarState>> schema_;
   std::vector<float> work_;
 };
 

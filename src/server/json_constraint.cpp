@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "server/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
 namespace regolith::server {
@@ -53,7 +54,7 @@ bool JsonRecognizer::start_value(uint8_t byte) {
   switch (byte) {
     case '{': return open_container(true);
     case '[': return open_container(false);
-    case '"': mode_ = Mode::string, key_string_ = false; return true;
+    case '"': mode_ = Mode::string, key_string_ = false, string_ = {}; return true;
     case '-': mode_ = Mode::minus; return true;
     case '0': mode_ = Mode::zero; return true;
     case 't': mode_ = Mode::literal, literal_ = 0, literal_at_ = 1; return true;
@@ -65,31 +66,63 @@ bool JsonRecognizer::start_value(uint8_t byte) {
   }
 }
 
-// A string's next byte: UTF-8 checked as it comes (RFC 3629's ranges, so no overlong form or
-// surrogate), controls refused.
-bool JsonRecognizer::string_byte(uint8_t b) {
-  if (utf8_left_ > 0) {
-    if (b < utf8_lo_ || b > utf8_hi_) return false;
-    --utf8_left_;
-    utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
-    return true;
+JsonStringReader::Step JsonStringReader::step(uint8_t byte) {
+  if (mode_ == Mode::chars && utf8_left_ == 0 && byte == '"') return Step::closed;
+  JsonStringReader next = *this;
+  if (!next.step_in(byte)) return Step::refused;
+  *this = next;
+  return Step::more;
+}
+
+bool JsonStringReader::step_in(uint8_t b) {
+  switch (mode_) {
+    case Mode::chars:
+      if (utf8_left_ > 0) {
+        if (b < utf8_lo_ || b > utf8_hi_) return false;
+        --utf8_left_;
+        utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+        return true;
+      }
+      if (b == '\\') return mode_ = Mode::escape, true;
+      if (b < 0x20) return false;
+      if (b < 0x80) return true;
+      if (b >= 0xC2 && b <= 0xDF) utf8_left_ = 1;
+      else if (b == 0xE0) utf8_left_ = 2, utf8_lo_ = 0xA0;
+      else if (b >= 0xE1 && b <= 0xEF) utf8_left_ = 2, utf8_hi_ = b == 0xED ? 0x9F : 0xBF;
+      else if (b == 0xF0) utf8_left_ = 3, utf8_lo_ = 0x90;
+      else if (b >= 0xF1 && b <= 0xF3) utf8_left_ = 3;
+      else if (b == 0xF4) utf8_left_ = 3, utf8_hi_ = 0x8F;
+      else return false;
+      return true;
+    case Mode::escape:
+      if (b == 'u') return mode_ = Mode::hex, hex_left_ = 4, code_ = 0, true;
+      if (std::string_view("\"\\/bfnrt").find(static_cast<char>(b)) == std::string_view::npos) return false;
+      mode_ = Mode::chars;
+      return true;
+    case Mode::hex: {
+      const int v = hex_value(b);
+      if (v < 0) return false;
+      code_ = static_cast<uint16_t>(code_ << 4 | v);
+      --hex_left_;
+      // The first two digits tell a surrogate half: a lone low half, or anything but a low half
+      // after a high one, is refused as soon as it shows.
+      if (hex_left_ == 3 && need_low_ && code_ != 0xD) return false;
+      if (hex_left_ == 2 && need_low_ != (code_ >= 0xDC && code_ <= 0xDF)) return false;
+      if (hex_left_ == 0) {
+        const bool high = (code_ >> 8) >= 0xD8 && (code_ >> 8) <= 0xDB;
+        mode_ = high && !need_low_ ? Mode::low_backslash : Mode::chars;
+        need_low_ = false;
+      }
+      return true;
+    }
+    case Mode::low_backslash:
+      return b == '\\' && (mode_ = Mode::low_u, true);
+    case Mode::low_u:
+      if (b != 'u') return false;
+      mode_ = Mode::hex, hex_left_ = 4, code_ = 0, need_low_ = true;
+      return true;
   }
-  if (b == '"') {
-    if (key_string_) mode_ = Mode::colon;
-    else end_value();
-    return true;
-  }
-  if (b == '\\') return mode_ = Mode::escape, true;
-  if (b < 0x20) return false;
-  if (b < 0x80) return true;
-  if (b >= 0xC2 && b <= 0xDF) utf8_left_ = 1;
-  else if (b == 0xE0) utf8_left_ = 2, utf8_lo_ = 0xA0;
-  else if (b >= 0xE1 && b <= 0xEF) utf8_left_ = 2, utf8_hi_ = b == 0xED ? 0x9F : 0xBF;
-  else if (b == 0xF0) utf8_left_ = 3, utf8_lo_ = 0x90;
-  else if (b >= 0xF1 && b <= 0xF3) utf8_left_ = 3;
-  else if (b == 0xF4) utf8_left_ = 3, utf8_hi_ = 0x8F;
-  else return false;
-  return true;
+  return false;
 }
 
 bool JsonRecognizer::step_in(uint8_t b) {
@@ -111,7 +144,7 @@ bool JsonRecognizer::step_in(uint8_t b) {
     case Mode::key:
       if (is_space(b)) return true;
       if (b != '"') return false;
-      mode_ = Mode::string, key_string_ = true;
+      mode_ = Mode::string, key_string_ = true, string_ = {};
       return true;
     case Mode::colon:
       if (is_space(b)) return true;
@@ -125,34 +158,15 @@ bool JsonRecognizer::step_in(uint8_t b) {
       if (b == '}' || b == ']') return close_container(b == '}');
       return false;
     case Mode::string:
-      return string_byte(b);
-    case Mode::escape:
-      if (b == 'u') return mode_ = Mode::hex, hex_left_ = 4, code_ = 0, true;
-      if (std::string_view("\"\\/bfnrt").find(static_cast<char>(b)) == std::string_view::npos) return false;
-      mode_ = Mode::string;
-      return true;
-    case Mode::hex: {
-      const int v = hex_value(b);
-      if (v < 0) return false;
-      code_ = static_cast<uint16_t>(code_ << 4 | v);
-      --hex_left_;
-      // The first two digits tell a surrogate half: a lone low half, or anything but a low half
-      // after a high one, is refused as soon as it shows.
-      if (hex_left_ == 3 && need_low_ && code_ != 0xD) return false;
-      if (hex_left_ == 2 && need_low_ != (code_ >= 0xDC && code_ <= 0xDF)) return false;
-      if (hex_left_ == 0) {
-        const bool high = (code_ >> 8) >= 0xD8 && (code_ >> 8) <= 0xDB;
-        mode_ = high && !need_low_ ? Mode::low_backslash : Mode::string;
-        need_low_ = false;
+      switch (string_.step(b)) {
+        case JsonStringReader::Step::refused: return false;
+        case JsonStringReader::Step::more: return true;
+        case JsonStringReader::Step::closed:
+          if (key_string_) mode_ = Mode::colon;
+          else end_value();
+          return true;
       }
-      return true;
-    }
-    case Mode::low_backslash:
-      return b == '\\' && (mode_ = Mode::low_u, true);
-    case Mode::low_u:
-      if (b != 'u') return false;
-      mode_ = Mode::hex, hex_left_ = 4, code_ = 0, need_low_ = true;
-      return true;
+      return false;
     case Mode::minus:
       if (b == '0') return mode_ = Mode::zero, true;
       return b >= '1' && b <= '9' && (mode_ = Mode::integer, true);
@@ -239,10 +253,11 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) : n_vocab_(tokenizer.
   }
 }
 
-void JsonConstraint::walk(const JsonVocabulary::Trie& trie, std::vector<char>& allowed) const {
+template <class State>
+void TokenConstraint<State>::walk(const JsonVocabulary::Trie& trie, std::vector<char>& allowed) const {
   struct Item {
     uint32_t node;
-    JsonRecognizer state;
+    State state;
   };
   std::vector<Item> stack{{0, state_}};
   while (!stack.empty()) {
@@ -250,7 +265,7 @@ void JsonConstraint::walk(const JsonVocabulary::Trie& trie, std::vector<char>& a
     stack.pop_back();
     for (uint32_t c = trie.nodes[item.node].first_child; c != 0; c = trie.nodes[c].next_sibling) {
       const JsonVocabulary::Node& n = trie.nodes[c];
-      JsonRecognizer s = item.state;
+      State s = item.state;
       if (!s.step(n.byte)) continue;
       for (uint32_t k = n.tokens_begin; k < n.tokens_end; ++k) allowed[static_cast<size_t>(trie.token_ids[k])] = 1;
       if (n.first_child != 0) stack.push_back({c, s});
@@ -258,7 +273,8 @@ void JsonConstraint::walk(const JsonVocabulary::Trie& trie, std::vector<char>& a
   }
 }
 
-void JsonConstraint::mask(std::span<float> logits) const {
+template <class State>
+void TokenConstraint<State>::mask(std::span<float> logits) const {
   std::vector<char> allowed(std::max(logits.size(), static_cast<size_t>(vocab_->n_vocab_)), 0);
   if (state_.complete()) {
     for (int32_t id : vocab_->end_ids_) allowed[static_cast<size_t>(id)] = 1;
@@ -273,12 +289,16 @@ void JsonConstraint::mask(std::span<float> logits) const {
     if (!allowed[id]) logits[id] = -std::numeric_limits<float>::infinity();
 }
 
-void JsonConstraint::accept(int32_t token, std::string_view bytes) {
+template <class State>
+void TokenConstraint<State>::accept(int32_t token, std::string_view bytes) {
   if (state_.complete()) return;  // an end-of-generation token
-  JsonRecognizer s = state_;
+  State s = state_;
   for (char ch : bytes)
     if (!s.step(static_cast<uint8_t>(ch))) fail("JSON mode: token ", token, " does not continue the JSON text");
-  state_ = s;
+  state_ = std::move(s);
 }
+
+template class TokenConstraint<JsonRecognizer>;
+template class TokenConstraint<JsonGrammarState>;
 
 }  // namespace regolith::server

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace regolith {
@@ -17,14 +18,34 @@ class Tokenizer;
 
 namespace regolith::server {
 
+// The inside of a JSON string after its opening quote, byte by byte, up to the closing quote:
+// UTF-8 checked as it comes (RFC 3629's ranges, so no overlong form or encoded surrogate), \u
+// surrogates only in pairs, controls refused.
+class JsonStringReader {
+ public:
+  enum class Step : uint8_t { refused, more, closed };
+  Step step(uint8_t byte);  // the state is unchanged when refused
+  // Nothing pending: any whole characters but '"', '\\' and controls continue the string.
+  bool plain() const { return mode_ == Mode::chars && utf8_left_ == 0; }
+  bool operator==(const JsonStringReader&) const = default;
+
+ private:
+  enum class Mode : uint8_t { chars, escape, hex, low_backslash, low_u };
+  bool step_in(uint8_t byte);
+  Mode mode_ = Mode::chars;
+  bool need_low_ = false;  // the \u escape being read must be a low surrogate
+  uint8_t utf8_left_ = 0;  // continuation bytes still due
+  uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // the range of the next one
+  uint8_t hex_left_ = 0;
+  uint16_t code_ = 0;  // the \u escape's digits so far
+};
+
 class JsonRecognizer {
  public:
   // Reads one more byte; false (and the state unchanged) when no JSON object text goes on so.
   bool step(uint8_t byte);
   bool complete() const { return mode_ == Mode::done; }
-  // Inside a string with no escape and no UTF-8 sequence pending: any whole characters but '"',
-  // '\\' and controls continue it.
-  bool in_plain_string() const { return mode_ == Mode::string && utf8_left_ == 0; }
+  bool in_plain_string() const { return mode_ == Mode::string && string_.plain(); }
 
  private:
   enum class Mode : uint8_t {
@@ -36,10 +57,6 @@ class JsonRecognizer {
     colon,         // after a key
     after,         // after a value: ',' or the closer
     string,
-    escape,        // after '\\'
-    hex,           // \uXXXX: hex_left_ digits to come
-    low_backslash, // after a high surrogate's \uXXXX: its low half must follow
-    low_u,
     minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent,  // a number
     literal,       // true / false / null: literal_ and literal_at_
     done,
@@ -49,19 +66,14 @@ class JsonRecognizer {
   bool close_container(bool object);
   void end_value();
   bool start_value(uint8_t byte);
-  bool string_byte(uint8_t byte);
 
   static constexpr int kMaxDepth = 64;
   uint64_t objects_ = 0;  // bit d: the container at depth d is an object (else an array)
   uint8_t depth_ = 0;
   Mode mode_ = Mode::start;
   bool key_string_ = false;  // the string being read is an object key
-  bool need_low_ = false;    // the \u escape being read must be a low surrogate
-  uint8_t utf8_left_ = 0;    // continuation bytes still due
-  uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // the range of the next one
-  uint8_t hex_left_ = 0;
   uint8_t literal_ = 0, literal_at_ = 0;
-  uint16_t code_ = 0;  // the \u escape's digits so far
+  JsonStringReader string_;
 };
 
 // A vocabulary's tokens as two byte tries: whole-character string content (no '"', '\\' or
@@ -72,7 +84,8 @@ class JsonVocabulary {
   explicit JsonVocabulary(const Tokenizer& tokenizer);
 
  private:
-  friend class JsonConstraint;
+  template <class State>
+  friend class TokenConstraint;
   struct Node {
     uint32_t first_child = 0, next_sibling = 0;  // 0: none (the root is node 0)
     uint32_t tokens_begin = 0, tokens_end = 0;   // ids ending here, in token_ids
@@ -88,10 +101,13 @@ class JsonVocabulary {
   int32_t n_vocab_ = 0;
 };
 
-class JsonConstraint {
+// Masks the tokens that cannot continue a reply read by State (JsonRecognizer, or
+// JsonGrammarState for a schema: json_schema.h), which has step(byte), complete() and
+// in_plain_string().
+template <class State>
+class TokenConstraint {
  public:
-  explicit JsonConstraint(const JsonVocabulary* vocabulary) : vocab_(vocabulary) {}
-  bool active() const { return vocab_ != nullptr; }
+  TokenConstraint(const JsonVocabulary& vocabulary, State start) : vocab_(&vocabulary), state_(std::move(start)) {}
   // Sets every logit whose token cannot come next to -inf.
   void mask(std::span<float> logits) const;
   void accept(int32_t token, std::string_view bytes);
@@ -100,7 +116,9 @@ class JsonConstraint {
  private:
   void walk(const JsonVocabulary::Trie& trie, std::vector<char>& allowed) const;
   const JsonVocabulary* vocab_;
-  JsonRecognizer state_;
+  State state_;
 };
+
+using JsonConstraint = TokenConstraint<JsonRecognizer>;
 
 }  // namespace regolith::server

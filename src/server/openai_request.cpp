@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/json_schema.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -171,10 +172,26 @@ CommonFields parse_common(const Fields& f, const ModelInfo& model, GenerationTas
   if (auto mct = f.integer("max_completion_tokens", 1, std::numeric_limits<int64_t>::max())) c.max_tokens = mct;
   if (const Json* rf = f.object("response_format")) {
     auto type = Fields(*rf, "response_format.").string("type");
-    if (!type) throw invalid_request("Missing required parameter: 'response_format.type'.", "response_format.type");
-    if (*type == "json_object") task.json_object = true;
-    else if (*type != "text")
-      throw invalid_request("response_format '" + *type + "' is not supported (text and json_object are)", "response_format");
+    if (!type)
+      throw invalid_request("Missing required parameter: 'response_format.type'.", "response_format.type",
+                            "missing_required_parameter");
+    if (*type == "json_object") {
+      task.json_object = true;
+    } else if (*type == "json_schema") {
+      const Json* spec = Fields(*rf, "response_format.").object("json_schema");
+      if (!spec)
+        throw invalid_request("Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema",
+                              "missing_required_parameter");
+      const Json* schema = Fields(*spec, "response_format.json_schema.").get("schema");
+      try {
+        task.json_schema = JsonGrammar::compile(schema ? *schema : Json::object());
+      } catch (const Error& e) {
+        throw invalid_request(cat("response_format.json_schema.schema: ", e.what()), "response_format.json_schema.schema");
+      }
+    } else if (*type != "text") {
+      throw invalid_request("response_format '" + *type + "' is not supported (text, json_object and json_schema are)",
+                            "response_format");
+    }
   }
   return c;
 }
@@ -347,9 +364,9 @@ ChatRequest parse_chat_request(const Json& body, const ModelInfo& model) {
   }
   size_t open = r.prompt_text.rfind("<think>"), close = r.prompt_text.rfind("</think>");
   r.reasoning_open = open != std::string::npos && (close == std::string::npos || close < open);
-  if (r.task.json_object) {
+  if (r.task.json_object || r.task.json_schema) {
     if (choice == "required" || choice == "function")
-      throw invalid_request("'response_format' json_object and a forced tool call ('tool_choice') exclude each other",
+      throw invalid_request("a JSON 'response_format' and a forced tool call ('tool_choice') exclude each other",
                             "response_format");
     // The reply is the JSON object alone: a reasoning block the template opened is closed empty,
     // as templates do when thinking is off.

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace regolith::server {
+
+class JsonGrammar;
 
 struct SamplingOptions {
   float temperature = 1.0f;  // <= 0: greedy
@@ -36,6 +39,7 @@ struct GenerationTask {
   // picks among them token by token.
   std::vector<std::string> forced_openings;
   bool json_object = false;   // the reply is one JSON object (response_format json_object)
+  std::shared_ptr<const JsonGrammar> json_schema;  // or a value of this schema (json_schema)
   bool use_cache = true;      // restore from and store into the prefix cache
 };
 

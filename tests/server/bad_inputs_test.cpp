@@ -114,8 +114,12 @@ TEST_F(BadInputs, OutOfRangeValues) {
   body["logit_bias"] = {{"99999", 5}};
   expect_error(chat(body), 400, "logit_bias");
   body = base;
-  body["response_format"] = {{"type", "json_schema"}};
+  body["response_format"] = {{"type", "xml"}};
   expect_error(chat(body), 400, "response_format");
+  body["response_format"] = {{"type", "json_schema"}};
+  expect_error(chat(body), 400, "response_format.json_schema");
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}};
+  expect_error(chat(body), 400, "response_format.json_schema.schema");
 }
 
 TEST_F(BadInputs, UnknownModel) {

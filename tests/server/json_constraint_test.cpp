@@ -133,7 +133,7 @@ TEST(JsonConstraint, MaskEqualsTheTokenByTokenCheckAndRepliesParse) {
   std::normal_distribution<float> noise(0.0f, 2.0f);
   int ended = 0;
   for (int reply = 0; reply < 40; ++reply) {
-    JsonConstraint c(&vocab);
+    JsonConstraint c(vocab, JsonRecognizer());
     JsonRecognizer state;
     std::string text;
     for (int step = 0; step < 300; ++step) {
@@ -169,7 +169,7 @@ TEST(JsonConstraint, MaskEqualsTheTokenByTokenCheckAndRepliesParse) {
     }
   }
   std::printf("[json] %d of 40 sampled replies ended\n", ended);
-  JsonConstraint c(&vocab);
+  JsonConstraint c(vocab, JsonRecognizer());
   const int32_t brace = tok.find_token("}");
   if (brace >= 0) {
     EXPECT_THROW(c.accept(brace, tok.token_bytes(brace)), Error);

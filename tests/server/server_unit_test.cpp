@@ -297,6 +297,12 @@ TEST_F(RequestParsing, JsonModeIsATaskFlagAndClosesOpenReasoning) {
   EXPECT_TRUE(parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), model_).reasoning_open);
   model_.chat_template = tmpl_.get();
   EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema"}})"), 400);
+  ChatRequest s = parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"hi"}],"response_format":
+      {"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string"}}}}}})"), model_);
+  EXPECT_TRUE(s.task.json_schema);
+  EXPECT_FALSE(s.task.json_object);
+  EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":
+      {"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}})"), 400);
   EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{}})"), 400);
   EXPECT_EQ(status_of(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"},
       "tool_choice":"required","tools":[{"type":"function","function":{"name":"g"}}]})"), 400);
