@@ -18,10 +18,11 @@ using Kind = Element::Kind;
 // Paths deeper than this are dropped (a schema that recurses through $ref), and so are states with
 // more paths alive than this (a schema whose alternatives overlap without end).
 constexpr size_t kMaxStack = 256;
-constexpr size_t kMaxStacks = 256;
+constexpr size_t kMaxStacks = 64;
 constexpr int kMaxExpansion = 256;
 constexpr int kMaxUnrolled = 64;  // minItems / maxItems
 constexpr int kMaxIndent = 32;    // whitespace after a newline
+constexpr size_t kMaxRules = 20000;  // a request's schema stays cheap to compile and to read
 
 }  // namespace
 
@@ -128,6 +129,7 @@ class SchemaCompiler {
   }
 
   uint32_t new_rule() {
+    if (g_.rules_.size() >= kMaxRules) fail("the schema is too large (more than ", kMaxRules, " grammar rules)");
     g_.rules_.emplace_back();
     return static_cast<uint32_t>(g_.rules_.size() - 1);
   }
@@ -372,10 +374,10 @@ class SchemaCompiler {
       if (!it->is_string()) fail(path, ".$ref: not a string");
       return reference(it->get<std::string>(), path);
     }
-    if (const auto it = schema.find("const"); it != schema.end()) return literal_values(Json::array({*it}));
+    if (const auto it = schema.find("const"); it != schema.end()) return literal_values(schema, Json::array({*it}), path);
     if (const auto it = schema.find("enum"); it != schema.end()) {
       if (!it->is_array() || it->empty()) fail(path, ".enum: not a non-empty array");
-      return literal_values(*it);
+      return literal_values(schema, *it, path);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       const auto it = schema.find(key);
@@ -402,15 +404,29 @@ class SchemaCompiler {
     return rule_of(std::move(alternatives));
   }
 
-  // The values written compactly, as JSON text.
-  uint32_t literal_values(const Json& values) {
+  // The values (of the schema's type, when it names one) written compactly, as JSON text.
+  uint32_t literal_values(const Json& schema, const Json& values, const std::string& path) {
     std::vector<Sequence> alternatives;
     for (const Json& v : values) {
+      if (!has_type(schema, v)) continue;
       Sequence s;
       literal(s, v.dump());
       alternatives.push_back(std::move(s));
     }
+    if (alternatives.empty()) fail(path, ": no value of enum / const has the schema's type");
     return rule_of(std::move(alternatives));
+  }
+
+  static bool has_type(const Json& schema, const Json& v) {
+    const auto type = schema.find("type");
+    if (type == schema.end()) return true;
+    auto is = [&](const Json& t) {
+      const std::string name = t.is_string() ? t.get<std::string>() : "";
+      return (name == "string" && v.is_string()) || (name == "integer" && v.is_number_integer()) ||
+             (name == "number" && v.is_number()) || (name == "boolean" && v.is_boolean()) ||
+             (name == "null" && v.is_null()) || (name == "object" && v.is_object()) || (name == "array" && v.is_array());
+    };
+    return type->is_array() ? std::any_of(type->begin(), type->end(), is) : is(*type);
   }
 
   const Json& root_;

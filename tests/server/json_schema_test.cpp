@@ -138,6 +138,12 @@ TEST(JsonSchema, AcceptsTheSchemasValuesInOrderAndNothingElse) {
     EXPECT_EQ(reads_whole(*g, c.text), c.ok) << c.text;
     EXPECT_EQ(valid(Json::parse(c.text), c.schema, c.schema), c.value_ok) << "oracle on " << c.text;
   }
+  auto typed_enum = JsonGrammar::compile(Json::parse(R"({"type":"integer","enum":[1,"a",2.5,3]})"));
+  for (const char* text : {"1", "3"}) EXPECT_TRUE(reads_whole(*typed_enum, text)) << text;
+  for (const char* text : {"\"a\"", "2.5"}) EXPECT_FALSE(reads_whole(*typed_enum, text)) << text;
+  Json huge = {{"type", "object"}, {"properties", Json::object()}};
+  for (int i = 0; i < 20000; ++i) huge["properties"][std::to_string(i)] = {{"type", "string"}};
+  EXPECT_THROW(JsonGrammar::compile(huge), Error);
   auto any = JsonGrammar::compile(Json::object());
   for (const char* text : {"1", "\"s\"", "[1,{\"a\":[null]}]", "true"}) EXPECT_TRUE(reads_whole(*any, text)) << text;
 }
@@ -147,7 +153,8 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
                              R"({"allOf":[{"type":"string"}]})", R"({"type":"integer","maximum":3})",
                              R"({"type":"string","format":"date"})", R"({"$ref":"#/elsewhere"})",
                              R"({"type":"array","maxItems":1000})", R"({"type":"widget"})",
-                             R"({"type":"object","properties":{"a":{}},"required":["b"]})", "false"}) {
+                             R"({"type":"object","properties":{"a":{}},"required":["b"]})", "false",
+                             R"({"type":"integer","enum":["a","b"]})"}) {
     try {
       JsonGrammar::compile(Json::parse(schema));
       ADD_FAILURE() << "compiled: " << schema;

@@ -1,6 +1,6 @@
 // Drives a running `regolith serve` with the official `openai` npm client (v4): models, chat and
 // completions streamed and not, n > 1, logprobs, stop strings, usage accounting, a tool call
-// round trip, reasoning_content, and the client's typed errors. Usage: node openai_client_test.cjs
+// round trip, reasoning_content, structured outputs, and the client's typed errors. Usage: node openai_client_test.cjs
 // BASE_URL API_KEY MODEL_ID. Exits non-zero on the first failed check.
 'use strict';
 const assert = require('node:assert/strict');
@@ -143,6 +143,26 @@ async function main() {
       parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
     },
   }];
+  await check('structured output: a json_schema reply parses and follows the schema', async () => {
+    const schema = {
+      type: 'object', properties: { color: { enum: ['red', 'green'] }, n: { type: 'integer', enum: [1, 2, 3] } },
+      required: ['color', 'n'], additionalProperties: false,
+    };  // every reply it allows is under 400 bytes (whitespace is bounded), so each one ends
+    for (const temperature of [0, 1]) {
+      const r = await client.chat.completions.create({
+        model: modelId, messages: user('Pick a color.'), max_tokens: 400, temperature, seed: 3,
+        response_format: { type: 'json_schema', json_schema: { name: 'pick', schema, strict: true } },
+      });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'stop', c.message.content);
+      const value = JSON.parse(c.message.content);
+      assert.ok(['red', 'green'].includes(value.color), c.message.content);
+      assert.ok(Number.isInteger(value.n), c.message.content);
+      assert.deepEqual(Object.keys(value), ['color', 'n']);
+      assert.ok(!c.message.reasoning_content, 'JSON mode closes the reasoning block');
+    }
+  });
+
   await check('tool call round trip', async () => {
     const messages = user('What is the weather in Paris?');
     const r = await client.chat.completions.create({
