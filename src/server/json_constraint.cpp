@@ -276,22 +276,21 @@ void TokenConstraint<State>::walk(const JsonVocabulary::Trie& trie, std::vector<
 template <class State>
 void TokenConstraint<State>::mask(std::span<float> logits) const {
   std::vector<char> allowed(std::max(logits.size(), static_cast<size_t>(vocab_->n_vocab_)), 0);
-  if (state_.complete()) {
+  if (state_.complete())
     for (int32_t id : vocab_->end_ids_) allowed[static_cast<size_t>(id)] = 1;
-  } else {
-    if (state_.in_plain_string())
-      for (int32_t id : vocab_->content_ids_) allowed[static_cast<size_t>(id)] = 1;
-    else
-      walk(vocab_->content_, allowed);
-    walk(vocab_->other_, allowed);
-  }
+  if (state_.in_plain_string())
+    for (int32_t id : vocab_->content_ids_) allowed[static_cast<size_t>(id)] = 1;
+  else
+    walk(vocab_->content_, allowed);
+  walk(vocab_->other_, allowed);
   for (size_t id = 0; id < logits.size(); ++id)
     if (!allowed[id]) logits[id] = -std::numeric_limits<float>::infinity();
 }
 
 template <class State>
 void TokenConstraint<State>::accept(int32_t token, std::string_view bytes) {
-  if (state_.complete()) return;  // an end-of-generation token
+  if (state_.complete() && std::find(vocab_->end_ids_.begin(), vocab_->end_ids_.end(), token) != vocab_->end_ids_.end())
+    return;
   State s = state_;
   for (char ch : bytes)
     if (!s.step(static_cast<uint8_t>(ch))) fail("JSON mode: token ", token, " does not continue the JSON text");

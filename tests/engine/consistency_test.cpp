@@ -92,13 +92,19 @@ TEST_P(Consistency, StepsWithoutLogitsAdvanceTheSameWay) {
   EXPECT_EQ(unread.eval(last), read.eval(last));
 }
 
+// The logits of each token, evaluated one at a time.
+std::vector<std::vector<float>> one_by_one(Session& s, std::span<const int32_t> tokens) {
+  std::vector<std::vector<float>> out;
+  for (const int32_t& t : tokens) out.push_back(s.eval(std::span<const int32_t>(&t, 1)));
+  return out;
+}
+
 // Queued steps (Session::queue_step) in the order `regolith run` uses them equal steps evaluated
 // one by one; misuse is refused with a clear error and leaves the session usable.
 TEST_P(Consistency, QueuedStepsEqualSerialSteps) {
   auto tokens = prompt(12);
   Session serial(engine_), queued(engine_);
-  std::vector<std::vector<float>> want;
-  for (int32_t t : tokens) want.push_back(serial.eval(std::span<const int32_t>(&t, 1)));
+  const std::vector<std::vector<float>> want = one_by_one(serial, tokens);
   queued.queue_step();
   queued.give_token(tokens[0]);
   for (size_t i = 1; i < tokens.size(); ++i) {
@@ -176,8 +182,7 @@ TEST_P(Consistency, QueuedStepsRefuseMisuse) {
 TEST_P(Consistency, EvalAfterUnreadStepsContinuesTheTimeline) {
   auto tokens = prompt(5);
   Session serial(engine_), s(engine_);
-  std::vector<std::vector<float>> want;
-  for (int32_t t : tokens) want.push_back(serial.eval(std::span<const int32_t>(&t, 1)));
+  const std::vector<std::vector<float>> want = one_by_one(serial, tokens);
   s.queue_step();
   s.give_token(tokens[0]);
   s.queue_step();

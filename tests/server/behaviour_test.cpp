@@ -85,6 +85,19 @@ TEST(Batching, SixteenConcurrentGreedyStreamsEqualTheSameRequestsAlone) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// The reply's text and finish reason, streamed or not.
+std::pair<std::string, std::string> content_and_finish(const HttpResult& r, bool streamed) {
+  if (!streamed) {
+    const Json j = r.json();
+    return {j["choices"][0]["message"]["content"].get<std::string>(), j["choices"][0]["finish_reason"].get<std::string>()};
+  }
+  std::string finish;
+  for (const Json& e : sse_events(r.body))
+    for (const Json& choice : e["choices"])
+      if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+  return {streamed_content(r.body), finish};
+}
+
 // JSON mode on the tiny random model: a reply that ends is one JSON object; one cut off by
 // max_tokens is the start of one. Streamed and not, greedy and sampled.
 TEST(JsonMode, RepliesAreJsonObjects) {
@@ -97,17 +110,7 @@ TEST(JsonMode, RepliesAreJsonObjects) {
     body["seed"] = i;
     HttpResult r = post(s.port(), "/v1/chat/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
-    std::string content, finish;
-    if (i % 2 == 1) {
-      content = streamed_content(r.body);
-      for (const Json& e : sse_events(r.body))
-        for (const Json& choice : e["choices"])
-          if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-    } else {
-      const Json j = r.json();
-      content = j["choices"][0]["message"]["content"].get<std::string>();
-      finish = j["choices"][0]["finish_reason"];
-    }
+    const auto [content, finish] = content_and_finish(r, i % 2 == 1);
     SCOPED_TRACE("reply " + std::to_string(i) + " (" + finish + "): " + content);
     if (finish == "stop") {
       ++ended;
@@ -137,17 +140,7 @@ TEST(JsonMode, SchemaRepliesFollowTheSchema) {
     body["seed"] = i;
     HttpResult r = post(s.port(), "/v1/chat/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
-    std::string content, finish;
-    if (i % 2 == 1) {
-      content = streamed_content(r.body);
-      for (const Json& e : sse_events(r.body))
-        for (const Json& choice : e["choices"])
-          if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-    } else {
-      const Json j = r.json();
-      content = j["choices"][0]["message"]["content"].get<std::string>();
-      finish = j["choices"][0]["finish_reason"];
-    }
+    const auto [content, finish] = content_and_finish(r, i % 2 == 1);
     SCOPED_TRACE("reply " + std::to_string(i) + " (" + finish + "): " + content);
     server::JsonGrammarState state(*grammar);
     for (char c : content) ASSERT_TRUE(state.step(static_cast<uint8_t>(c)));

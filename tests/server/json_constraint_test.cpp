@@ -10,9 +10,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "gguf/gguf.h"
 #include "server/json_constraint.h"
-#include "tokenizer/tokenizer.h"
+#include "token_mask_check.h"
 
 namespace regolith::server {
 namespace {
@@ -118,57 +117,17 @@ TEST(JsonRecognizer, RandomWalksEndInObjectsAndAgreeWithNlohmann) {
   EXPECT_GT(compared, 10000);  // of 12,000 changed documents
 }
 
-const Tokenizer& tiny_tokenizer() {
-  static GgufFile file = GgufFile::open(std::string(REGOLITH_SERVER_TEST_DIR) + "/tiny.gguf");
-  static Tokenizer tok = Tokenizer::from_gguf(file);
-  return tok;
-}
-
 // The tries' mask equals a token-by-token check of the recognizer at every step of sampled
 // replies, some token always remains, and a reply that ends is one JSON object.
 TEST(JsonConstraint, MaskEqualsTheTokenByTokenCheckAndRepliesParse) {
-  const Tokenizer& tok = tiny_tokenizer();
+  const Tokenizer& tok = tiny_json_tokenizer();
   JsonVocabulary vocab(tok);
   std::mt19937 rng(11);
-  std::normal_distribution<float> noise(0.0f, 2.0f);
-  int ended = 0;
-  for (int reply = 0; reply < 40; ++reply) {
-    JsonConstraint c(vocab, JsonRecognizer());
-    JsonRecognizer state;
-    std::string text;
-    for (int step = 0; step < 300; ++step) {
-      std::vector<float> logits(static_cast<size_t>(tok.n_vocab()) + 7);  // padding rows past the vocabulary
-      for (float& l : logits) l = noise(rng);
-      c.mask(logits);
-      int32_t best = -1;
-      for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
-        bool want = false;
-        if (id < tok.n_vocab()) {
-          if (state.complete()) {
-            want = tok.is_end_of_generation(id);
-          } else if (!tok.is_end_of_generation(id) &&
-                     (tok.token_type(id) == TokenType::normal || tok.token_type(id) == TokenType::byte) &&
-                     !tok.token_bytes(id).empty()) {
-            JsonRecognizer s = state;
-            want = accepted_bytes(s, tok.token_bytes(id)) == tok.token_bytes(id).size();
-          }
-        }
-        ASSERT_EQ(logits[static_cast<size_t>(id)] != -std::numeric_limits<float>::infinity(), want)
-            << "token " << id << " after: " << text;
-        if (want && (best < 0 || logits[static_cast<size_t>(id)] > logits[static_cast<size_t>(best)])) best = id;
-      }
-      ASSERT_GE(best, 0) << "no token continues: " << text;
-      if (tok.is_end_of_generation(best)) {
-        ++ended;
-        EXPECT_NE(nlohmann_object(text), false) << text;
-        break;
-      }
-      c.accept(best, tok.token_bytes(best));
-      accepted_bytes(state, tok.token_bytes(best));
-      text += tok.token_bytes(best);
-    }
-  }
+  const int ended = sample_masked_replies(tok, vocab, JsonRecognizer(), 40, 300, rng, [](const std::string& text) {
+    EXPECT_NE(nlohmann_object(text), false) << text;
+  });
   std::printf("[json] %d of 40 sampled replies ended\n", ended);
+  EXPECT_GT(ended, 0);
   JsonConstraint c(vocab, JsonRecognizer());
   const int32_t brace = tok.find_token("}");
   if (brace >= 0) {

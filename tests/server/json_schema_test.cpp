@@ -9,9 +9,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "gguf/gguf.h"
 #include "server/json_schema.h"
-#include "tokenizer/tokenizer.h"
+#include "token_mask_check.h"
 
 namespace regolith::server {
 namespace {
@@ -170,59 +169,20 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   }
 }
 
-const Tokenizer& tiny_tokenizer() {
-  static GgufFile file = GgufFile::open(std::string(REGOLITH_SERVER_TEST_DIR) + "/tiny.gguf");
-  static Tokenizer tok = Tokenizer::from_gguf(file);
-  return tok;
-}
-
 // At every step of replies sampled from random logits: the tries' mask equals stepping the state
 // through each token's bytes, some token remains, and a reply that ends is a valid value.
 TEST(JsonSchema, MaskEqualsTheTokenByTokenCheckAndRepliesAreValid) {
-  const Tokenizer& tok = tiny_tokenizer();
+  const Tokenizer& tok = tiny_json_tokenizer();
   JsonVocabulary vocab(tok);
   std::mt19937 rng(5);
-  std::normal_distribution<float> noise(0.0f, 2.0f);
-  int ended = 0, replies = 0;
-  for (const Json* schema : {&kPerson, &kTree, &kLoose}) {
+  int ended = 0;
+  for (const Json* schema : {&kPerson, &kTree, &kLoose, &kTwoOrMore}) {
     auto g = JsonGrammar::compile(*schema);
-    for (int reply = 0; reply < 8; ++reply, ++replies) {
-      TokenConstraint<JsonGrammarState> c(vocab, JsonGrammarState(*g));
-      JsonGrammarState state(*g);
-      std::string text;
-      for (int step = 0; step < 200; ++step) {
-        std::vector<float> logits(static_cast<size_t>(tok.n_vocab()));
-        for (float& l : logits) l = noise(rng);
-        c.mask(logits);
-        int32_t best = -1;
-        for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-          bool want = false;
-          if (state.complete() && tok.is_end_of_generation(id)) {
-            want = true;
-          } else if (!tok.is_end_of_generation(id) &&
-                     (tok.token_type(id) == TokenType::normal || tok.token_type(id) == TokenType::byte) &&
-                     !tok.token_bytes(id).empty()) {
-            JsonGrammarState s = state;
-            want = std::all_of(tok.token_bytes(id).begin(), tok.token_bytes(id).end(),
-                               [&](char ch) { return s.step(static_cast<uint8_t>(ch)); });
-          }
-          ASSERT_EQ(logits[static_cast<size_t>(id)] != -std::numeric_limits<float>::infinity(), want)
-              << "token " << id << " after: " << text;
-          if (want && (best < 0 || logits[static_cast<size_t>(id)] > logits[static_cast<size_t>(best)])) best = id;
-        }
-        ASSERT_GE(best, 0) << "no token continues: " << text;
-        if (tok.is_end_of_generation(best)) {
-          ++ended;
-          EXPECT_TRUE(valid(Json::parse(text), *schema, *schema)) << text;
-          break;
-        }
-        c.accept(best, tok.token_bytes(best));
-        for (char ch : tok.token_bytes(best)) state.step(static_cast<uint8_t>(ch));
-        text += tok.token_bytes(best);
-      }
-    }
+    ended += sample_masked_replies(tok, vocab, JsonGrammarState(*g), 8, 200, rng, [&](const std::string& text) {
+      EXPECT_TRUE(valid(Json::parse(text), *schema, *schema)) << text;
+    });
   }
-  std::printf("[json schema] %d of %d sampled replies ended\n", ended, replies);
+  std::printf("[json schema] %d of 32 sampled replies ended\n", ended);
   EXPECT_GT(ended, 0);
 }
 
