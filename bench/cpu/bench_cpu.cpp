@@ -4,6 +4,7 @@
 //           that as a share of the measured copy bandwidth; also the prompt's prefill rate
 //   model   writes a random GGUF of the tiny or medium geometry for `decode`
 //   sample  the sampler on one row of logits (the host's share of every generated token)
+//   json    the server's JSON-mode token masks on a GGUF's vocabulary (bench_json.cpp)
 // Speed is accounted in bytes (style.md practice 8): a decode step reads every dense weight once,
 // k of E experts per MoE layer, one embedding row and the PLE rows.
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_json.h"
 #include "bench_ops.h"
 #include "convert/random_model.h"
 #include "core/error.h"
@@ -157,6 +159,10 @@ int main(int argc, char** argv) {
   auto* c_sample = app.add_subcommand("sample", "Time the sampler on one row of logits");
   c_sample->add_option("--vocab", sample_vocab, "Logits per row (the model's vocabulary)")->capture_default_str();
 
+  std::string json_model;
+  auto* c_json = app.add_subcommand("json", "Time the server's JSON-mode token masks on a GGUF's vocabulary");
+  c_json->add_option("-m,--model", json_model, "GGUF whose tokenizer to use")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*c_ops) {
@@ -166,6 +172,8 @@ int main(int argc, char** argv) {
     } else if (*c_sample) {
       if (sample_vocab < 5) fail("--vocab: at least 5 logits");
       bench_sample(sample_vocab);
+    } else if (*c_json) {
+      bench_json(json_model);
     } else if (*c_dec) {
       dec.backends = split_list(dec_backends);
       bench_decode(dec);
