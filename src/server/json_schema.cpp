@@ -15,10 +15,11 @@ using Json = nlohmann::ordered_json;
 using Element = JsonGrammar::Element;
 using Kind = Element::Kind;
 
-// Paths deeper than this are dropped (a schema that recurses through $ref), and so are states with
-// more paths alive than this (a schema whose alternatives overlap without end).
+// Paths deeper than this are dropped (a schema that recurses through $ref), and so are paths beyond
+// kMaxStacks alive at once (only nested anyOf of many alternatives with a long common start gets
+// there: enum values share one path through their trie).
 constexpr size_t kMaxStack = 256;
-constexpr size_t kMaxStacks = 64;
+constexpr size_t kMaxStacks = 1024;
 constexpr int kMaxExpansion = 256;
 constexpr int kMaxUnrolled = 64;  // minItems / maxItems
 constexpr int kMaxIndent = 32;    // whitespace after a newline
@@ -404,16 +405,29 @@ class SchemaCompiler {
     return rule_of(std::move(alternatives));
   }
 
-  // The values (of the schema's type, when it names one) written compactly, as JSON text.
+  // The values (of the schema's type, when it names one) written compactly, as JSON text, as a
+  // trie of rules: one path is alive however many values share a prefix.
   uint32_t literal_values(const Json& schema, const Json& values, const std::string& path) {
+    std::vector<std::string> texts;
+    for (const Json& v : values)
+      if (has_type(schema, v)) texts.push_back(v.dump());
+    if (texts.empty()) fail(path, ": no value of enum / const has the schema's type");
+    std::sort(texts.begin(), texts.end());
+    texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+    return text_trie(texts, 0, texts.size(), 0);
+  }
+
+  // The rule for texts[begin, end) (sorted, sharing their first `at` bytes) from byte `at` on.
+  uint32_t text_trie(const std::vector<std::string>& texts, size_t begin, size_t end, size_t at) {
     std::vector<Sequence> alternatives;
-    for (const Json& v : values) {
-      if (!has_type(schema, v)) continue;
-      Sequence s;
-      literal(s, v.dump());
-      alternatives.push_back(std::move(s));
+    size_t i = begin;
+    if (texts[i].size() == at) alternatives.push_back({}), ++i;  // one value ends here (sorted first)
+    while (i < end) {
+      size_t j = i + 1;
+      while (j < end && texts[j][at] == texts[i][at]) ++j;
+      alternatives.push_back({byte_set(std::string_view(&texts[i][at], 1)), rule_element(text_trie(texts, i, j, at + 1))});
+      i = j;
     }
-    if (alternatives.empty()) fail(path, ": no value of enum / const has the schema's type");
     return rule_of(std::move(alternatives));
   }
 

@@ -143,6 +143,12 @@ TEST(JsonSchema, AcceptsTheSchemasValuesInOrderAndNothingElse) {
   Json huge = {{"type", "object"}, {"properties", Json::object()}};
   for (int i = 0; i < 20000; ++i) huge["properties"][std::to_string(i)] = {{"type", "string"}};
   EXPECT_THROW(JsonGrammar::compile(huge), Error);
+  Json many = {{"enum", Json::array()}};  // more values than paths a state keeps alive
+  for (int i = 0; i < 1500; ++i) many["enum"].push_back(std::to_string(i) + "x");
+  auto big_enum = JsonGrammar::compile(many);
+  for (int i = 0; i < 1500; ++i) EXPECT_TRUE(reads_whole(*big_enum, "\"" + std::to_string(i) + "x\"")) << i;
+  EXPECT_FALSE(reads_whole(*big_enum, "\"1500x\""));
+  EXPECT_FALSE(reads_whole(*big_enum, "\"12\""));
   auto any = JsonGrammar::compile(Json::object());
   for (const char* text : {"1", "\"s\"", "[1,{\"a\":[null]}]", "true"}) EXPECT_TRUE(reads_whole(*any, text)) << text;
 }
