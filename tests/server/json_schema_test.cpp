@@ -146,7 +146,7 @@ TEST(JsonSchema, AcceptsTheSchemasValuesInOrderAndNothingElse) {
   Json many = {{"enum", Json::array()}};  // more values than paths a state keeps alive
   for (int i = 0; i < 1500; ++i) many["enum"].push_back(std::to_string(i) + "x");
   auto big_enum = JsonGrammar::compile(many);
-  for (int i = 0; i < 1500; ++i) EXPECT_TRUE(reads_whole(*big_enum, "\"" + std::to_string(i) + "x\"")) << i;
+  for (const Json& value : many["enum"]) EXPECT_TRUE(reads_whole(*big_enum, value.dump())) << value;
   EXPECT_FALSE(reads_whole(*big_enum, "\"1500x\""));
   EXPECT_FALSE(reads_whole(*big_enum, "\"12\""));
   auto any = JsonGrammar::compile(Json::object());
