@@ -15,4 +15,4 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DREGOLITH_SANITIZE=ON -DREGOLITH_CUDA=OFF
 ninja -C build-asan -j "$jobs" regolith_unit_tests regolith_fuzz_tests regolith
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -R '^(Gguf|Safetensors|FormatFuzz|PleHash|ModelLayout|Half|QuantRows|convert_)' -j "$jobs" --output-on-failure
+  ctest --test-dir build-asan -R '^(Gguf|Safetensors|FormatFuzz|JsonFuzz|PleHash|ModelLayout|Half|QuantRows|convert_)' -j "$jobs" --output-on-failure

@@ -283,6 +283,8 @@ void TokenConstraint<State>::mask(std::span<float> logits) const {
   else
     walk(vocab_->content_, allowed);
   walk(vocab_->other_, allowed);
+  if (std::find(allowed.begin(), allowed.end(), 1) == allowed.end())
+    fail("JSON mode: no token of this vocabulary continues the reply");
   for (size_t id = 0; id < logits.size(); ++id)
     if (!allowed[id]) logits[id] = -std::numeric_limits<float>::infinity();
 }

@@ -107,12 +107,30 @@ class SchemaCompiler {
   std::shared_ptr<const JsonGrammar> run() {
     ws_ = whitespace();
     const uint32_t top = value(root_, "#");
+    if (!keep_finite_alternatives()[top]) fail("#: the schema allows no value of finite length");
     g_.start_ = {rule_element(top), Element{}};
     return std::make_shared<const JsonGrammar>(std::move(g_));
   }
 
  private:
   using Sequence = JsonGrammar::Sequence;
+
+  // Drops every alternative that cannot end (a required member whose schema requires itself, a
+  // $ref loop), so that any prefix the grammar accepts can be completed; returns which rules can.
+  std::vector<bool> keep_finite_alternatives() {
+    auto& rules = g_.rules_;
+    std::vector<bool> finite(rules.size(), false);
+    auto ends = [&](const Sequence& s) {
+      return std::all_of(s.begin(), s.end(), [&](const Element& e) { return e.kind != Kind::rule || finite[e.rule]; });
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < rules.size(); ++r)
+        if (!finite[r] && std::any_of(rules[r].begin(), rules[r].end(), ends)) finite[r] = changed = true;
+    }
+    for (auto& alternatives : rules) std::erase_if(alternatives, [&](const Sequence& s) { return !ends(s); });
+    return finite;
+  }
 
   static Element byte_set(std::string_view chars) {
     Element e{.kind = Kind::bytes, .rule = 0, .bytes = {}};

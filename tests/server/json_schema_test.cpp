@@ -17,6 +17,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+bool reads_prefix(const JsonGrammar& g, std::string_view text) {
+  JsonGrammarState s(g);
+  return std::all_of(text.begin(), text.end(), [&](char c) { return s.step(static_cast<uint8_t>(c)); });
+}
+
 bool reads_whole(const JsonGrammar& g, std::string_view text) {
   JsonGrammarState s(g);
   for (char c : text)
@@ -149,6 +154,14 @@ TEST(JsonSchema, AcceptsTheSchemasValuesInOrderAndNothingElse) {
   for (const Json& value : many["enum"]) EXPECT_TRUE(reads_whole(*big_enum, value.dump())) << value;
   EXPECT_FALSE(reads_whole(*big_enum, "\"1500x\""));
   EXPECT_FALSE(reads_whole(*big_enum, "\"12\""));
+  // A member that may recurse but need not: the alternative that cannot end is dropped, so every
+  // prefix read can still be completed.
+  auto optional_loop = JsonGrammar::compile(Json::parse(
+      R"({"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#"},{"$ref":"#/$defs/never"}]}},
+          "required":["v"],"$defs":{"never":{"type":"object","properties":{"x":{"$ref":"#/$defs/never"}},"required":["x"]}}})"));
+  EXPECT_TRUE(reads_whole(*optional_loop, R"({"v":1,"next":{"v":2}})"));
+  EXPECT_TRUE(reads_prefix(*optional_loop, R"({"v":1,"next":{"v")"));
+  EXPECT_FALSE(reads_prefix(*optional_loop, R"({"v":1,"next":{"x")"));
   auto any = JsonGrammar::compile(Json::object());
   for (const char* text : {"1", "\"s\"", "[1,{\"a\":[null]}]", "true"}) EXPECT_TRUE(reads_whole(*any, text)) << text;
 }
@@ -159,7 +172,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
                              R"({"type":"string","format":"date"})", R"({"$ref":"#/elsewhere"})",
                              R"({"type":"array","maxItems":1000})", R"({"type":"widget"})",
                              R"({"type":"object","properties":{"a":{}},"required":["b"]})", "false",
-                             R"({"type":"integer","enum":["a","b"]})"}) {
+                             R"({"type":"integer","enum":["a","b"]})",
+                             R"({"type":"object","properties":{"me":{"$ref":"#"}},"required":["me"]})",
+                             R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"}) {
     try {
       JsonGrammar::compile(Json::parse(schema));
       ADD_FAILURE() << "compiled: " << schema;
