@@ -3,6 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "core/error.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
+#include "server/json_schema.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -23,10 +27,10 @@ namespace regolith::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system, tokens;
+  std::string model, prompt, system, tokens, json_schema;
   BackendOptions backend;
   int64_t n_predict = 64, chunk = 0;
-  bool chat = false, ids = false, ignore_eos = false, no_think = false;
+  bool chat = false, ids = false, ignore_eos = false, no_think = false, json = false;
   SamplerParams sampling;
 };
 
@@ -46,7 +50,22 @@ std::vector<int32_t> prompt_tokens(const RunArgs& a, const Tokenizer& tok) {
   ChatOptions options;
   if (a.no_think) options.extra["enable_thinking"] = false;
   std::string text = ChatTemplate::from_tokenizer(tok).apply(messages, options);
+  // The reply is JSON alone: a reasoning block the template opened is closed empty, as the server does.
+  const size_t open = text.rfind("<think>"), close = text.rfind("</think>");
+  if ((a.json || !a.json_schema.empty()) && open != std::string::npos && (close == std::string::npos || close < open))
+    text += "</think>\n\n";
   return tok.encode(text, {.add_special = false, .parse_special = true});
+}
+
+nlohmann::ordered_json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::ordered_json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, ": not JSON (", e.what(), ")");
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -62,6 +81,14 @@ void run_run(const RunArgs& a) {
   if (static_cast<int64_t>(prompt.size()) + a.n_predict > n_ctx)
     fail("prompt (", prompt.size(), " tokens) plus -n ", a.n_predict, " exceeds the context of ", n_ctx, " tokens");
 
+  if (a.json && !a.json_schema.empty()) fail("give --json or --json-schema, not both");
+  std::shared_ptr<const server::JsonGrammar> schema;
+  if (!a.json_schema.empty()) schema = server::JsonGrammar::compile(read_json_file(a.json_schema));
+  std::optional<server::JsonVocabulary> json_vocabulary;
+  if (a.json || schema) json_vocabulary.emplace(tok);
+  server::JsonReplyConstraint json =
+      json_vocabulary ? server::JsonReplyConstraint(*json_vocabulary, schema.get()) : server::JsonReplyConstraint();
+
   Session session(engine);
   Sampler sampler(a.sampling);
   StreamingDetokenizer detok(tok, /*skip_special=*/true);
@@ -73,8 +100,15 @@ void run_run(const RunArgs& a) {
   // Each step is issued while the device still runs the one before (Session::queue_step).
   if (a.n_predict > 1) session.queue_step();
   int64_t generated = 0;
+  std::vector<float> masked;
   for (; generated < a.n_predict; ++generated) {
+    if (json.active()) {
+      masked.assign(logits.begin(), logits.end());
+      json.mask(masked);
+      logits = masked;
+    }
     int32_t next = sampler.sample(logits);
+    if (json.active()) json.accept(next, tok.token_bytes(next));
     if (!a.ignore_eos && tok.is_end_of_generation(next)) break;
     if (a.ids)
       std::printf(generated ? " %d" : "%d", next);
@@ -116,6 +150,9 @@ void add_run(CLI::App& app) {
   cmd->add_option("--min-p", a.sampling.min_p, "Min-p filter (0: off)")->capture_default_str();
   cmd->add_option("--seed", a.sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prompt tokens per forward call (0: all at once)")->capture_default_str();
+  cmd->add_flag("--json", a.json, "The reply is one JSON object (the server's response_format json_object)");
+  cmd->add_option("--json-schema", a.json_schema, "The reply is a value of the JSON Schema in this file (json_schema)")
+      ->check(CLI::ExistingFile);
   add_backend_options(cmd, a.backend);
   cmd->callback([] { run_run(a); });
 }

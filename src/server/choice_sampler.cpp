@@ -55,9 +55,8 @@ ChoiceSampler::ChoiceSampler(const SamplingOptions& options, uint64_t seed, std:
                              .top_p = options.top_p,
                              .min_p = options.min_p,
                              .seed = seed}),
-      opening_(std::move(forced_openings)) {
-  if (json && schema) schema_.emplace(*json, JsonGrammarState(*schema));
-  else if (json) json_.emplace(*json, JsonRecognizer());
+      opening_(std::move(forced_openings)),
+      json_(json ? JsonReplyConstraint(*json, schema) : JsonReplyConstraint()) {
   if (options_.repetition_penalty != 1.0f) {
     prompt_distinct_.assign(prompt.begin(), prompt.end());
     std::sort(prompt_distinct_.begin(), prompt_distinct_.end());
@@ -83,16 +82,14 @@ int32_t ChoiceSampler::choose(std::span<const float> logits, const Tokenizer& to
     for (const auto& [id, n] : counts_)
       if (id >= 0 && id < V) work_[id] -= options_.frequency_penalty * n + options_.presence_penalty;
   if (opening_.active()) opening_.mask(work_, tokenizer);
-  if (json_) json_->mask(work_);
-  if (schema_) schema_->mask(work_);
+  if (json_.active()) json_.mask(work_);
   return sampler_.sample(work_);
 }
 
 void ChoiceSampler::accept(int32_t token, const Tokenizer& tokenizer) {
   ++counts_[token];
   if (opening_.active()) opening_.accept(tokenizer.token_bytes(token));
-  if (json_) json_->accept(token, tokenizer.token_bytes(token));
-  if (schema_) schema_->accept(token, tokenizer.token_bytes(token));
+  if (json_.active()) json_.accept(token, tokenizer.token_bytes(token));
 }
 
 void fill_logprobs(std::span<const float> logits, int32_t chosen, int k, GeneratedToken& out) {

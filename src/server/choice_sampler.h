@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,8 +54,7 @@ class ChoiceSampler {
   std::vector<int32_t> prompt_distinct_;         // sorted
   std::unordered_map<int32_t, int32_t> counts_;  // generated token -> occurrences
   OpeningConstraint opening_;
-  std::optional<JsonConstraint> json_;
-  std::optional<TokenConstraint<JsonGrammarState>> schema_;
+  JsonReplyConstraint json_;
   std::vector<float> work_;
 };
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -470,6 +471,23 @@ class SchemaCompiler {
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::compile(const nlohmann::ordered_json& schema) {
   return SchemaCompiler(schema).run();
+}
+
+JsonReplyConstraint::JsonReplyConstraint(const JsonVocabulary& vocabulary, const JsonGrammar* schema) {
+  if (schema) constraint_.emplace<TokenConstraint<JsonGrammarState>>(vocabulary, JsonGrammarState(*schema));
+  else constraint_.emplace<JsonConstraint>(vocabulary, JsonRecognizer());
+}
+
+void JsonReplyConstraint::mask(std::span<float> logits) const {
+  std::visit([&](const auto& c) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) c.mask(logits);
+  }, constraint_);
+}
+
+void JsonReplyConstraint::accept(int32_t token, std::string_view bytes) {
+  std::visit([&](auto& c) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(c)>, std::monostate>) c.accept(token, bytes);
+  }, constraint_);
 }
 
 }  // namespace regolith::server

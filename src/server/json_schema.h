@@ -16,6 +16,9 @@
 #include <bitset>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +69,20 @@ class JsonGrammarState {
 
   const JsonGrammar* grammar_;
   std::vector<Stack> stacks_;  // each top is a byte set or a string body; an empty stack: complete
+};
+
+// A reply's JSON mode: off, one JSON object (json_object) or a value of a schema (json_schema).
+class JsonReplyConstraint {
+ public:
+  JsonReplyConstraint() = default;  // off
+  // schema null: any JSON object. Both must outlive the constraint.
+  JsonReplyConstraint(const JsonVocabulary& vocabulary, const JsonGrammar* schema);
+  bool active() const { return !std::holds_alternative<std::monostate>(constraint_); }
+  void mask(std::span<float> logits) const;
+  void accept(int32_t token, std::string_view bytes);
+
+ private:
+  std::variant<std::monostate, JsonConstraint, TokenConstraint<JsonGrammarState>> constraint_;
 };
 
 }  // namespace regolith::server
