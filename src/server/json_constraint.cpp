@@ -27,6 +27,7 @@ constexpr std::string_view kLiterals[] = {"true", "false", "null"};
 
 bool JsonRecognizer::step(uint8_t byte) {
   JsonRecognizer next = *this;
+  if (!is_space(byte)) next.spaces_ = 0;
   if (!next.step_in(byte)) return false;
   *this = next;
   return true;
@@ -45,6 +46,19 @@ bool JsonRecognizer::close_container(bool object) {
   if (depth_ == 0 || ((objects_ >> (depth_ - 1)) & 1) != static_cast<uint64_t>(object)) return false;
   --depth_;
   end_value();
+  return true;
+}
+
+// Whitespace between tokens, as the schema grammar allows it: nothing, one space, or a newline and
+// up to kMaxIndent spaces or tabs (a reply cannot pad itself without end).
+bool JsonRecognizer::space(uint8_t b) {
+  if (spaces_ == 0) {
+    if (b != ' ' && b != '\n') return false;
+    spaces_ = b == ' ' ? 1 : 2;
+    return true;
+  }
+  if (spaces_ < 2 || spaces_ >= 2 + kMaxIndent || (b != ' ' && b != '\t')) return false;
+  ++spaces_;
   return true;
 }
 
@@ -128,29 +142,29 @@ bool JsonStringReader::step_in(uint8_t b) {
 bool JsonRecognizer::step_in(uint8_t b) {
   switch (mode_) {
     case Mode::start:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       return b == '{' && open_container(true);
     case Mode::value:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       return start_value(b);
     case Mode::array_first:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       if (b == ']') return close_container(false);
       return start_value(b);
     case Mode::object_first:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       if (b == '}') return close_container(true);
       [[fallthrough]];
     case Mode::key:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       if (b != '"') return false;
       mode_ = Mode::string, key_string_ = true, string_ = {};
       return true;
     case Mode::colon:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       return b == ':' && (mode_ = Mode::value, true);
     case Mode::after:
-      if (is_space(b)) return true;
+      if (is_space(b)) return space(b);
       if (b == ',') {
         mode_ = (objects_ >> (depth_ - 1)) & 1 ? Mode::key : Mode::value;
         return true;

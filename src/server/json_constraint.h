@@ -1,5 +1,6 @@
 // JSON mode (`response_format: {"type": "json_object"}`): the reply must be one JSON object (RFC
-// 8259, strings valid UTF-8) and nothing after it. A byte-level recognizer tracks the reply; before
+// 8259, strings valid UTF-8; whitespace between tokens at most one space, or a newline and up to 32
+// spaces or tabs) and nothing after it. A byte-level recognizer tracks the reply; before
 // each token, every token whose bytes cannot continue it is masked, and the end-of-generation
 // tokens are allowed only once the object is complete. The recognizer never accepts a prefix that
 // cannot be completed (a lone UTF-16 surrogate is refused at its second hex digit, a UTF-8
@@ -66,13 +67,16 @@ class JsonRecognizer {
   bool close_container(bool object);
   void end_value();
   bool start_value(uint8_t byte);
+  bool space(uint8_t byte);
 
   static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxIndent = 32;
   uint64_t objects_ = 0;  // bit d: the container at depth d is an object (else an array)
   uint8_t depth_ = 0;
   Mode mode_ = Mode::start;
   bool key_string_ = false;  // the string being read is an object key
   uint8_t literal_ = 0, literal_at_ = 0;
+  uint8_t spaces_ = 0;  // the whitespace run so far: 0 none, 1 a space, 2 + n a newline and n indents
   JsonStringReader string_;
 };
 

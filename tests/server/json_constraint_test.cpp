@@ -28,12 +28,37 @@ bool recognizes(std::string_view text) {
   return accepted_bytes(r, text) == text.size() && r.complete();
 }
 
-// What the recognizer must accept: one JSON object (nlohmann: strict RFC 8259, UTF-8 checked) and
-// nothing after it, not even whitespace (the reply ends with the object). Empty when nlohmann
-// cannot tell: a number beyond a double's range is valid JSON that it refuses to convert.
+// Whether every run of whitespace outside strings is nothing, one space, or a newline and up to 32
+// spaces or tabs: the layouts the recognizer writes.
+bool bounded_whitespace(const std::string& text) {
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') continue;
+    size_t j = i;
+    while (j < text.size() && std::string_view(" \n\t\r").find(text[j]) != std::string_view::npos) ++j;
+    const std::string run = text.substr(i, j - i);
+    const bool ok = run == " " || (run[0] == '\n' && run.size() <= 33 && run.find_first_of("\n\r", 1) == std::string::npos);
+    if (!ok) return false;
+    i = j - 1;
+  }
+  return true;
+}
+
+// What the recognizer must accept: one JSON object (nlohmann: strict RFC 8259, UTF-8 checked) in
+// a bounded layout and nothing after it, not even whitespace (the reply ends with the object).
+// Empty when nlohmann cannot tell: a number beyond a double's range is valid JSON that it refuses
+// to convert.
 std::optional<bool> nlohmann_object(const std::string& text) {
   try {
-    return nlohmann::json::parse(text).is_object() && text.back() == '}';
+    return nlohmann::json::parse(text).is_object() && text.back() == '}' && bounded_whitespace(text);
   } catch (const nlohmann::json::parse_error&) {
     return false;
   } catch (const nlohmann::json::out_of_range&) {
@@ -44,7 +69,7 @@ std::optional<bool> nlohmann_object(const std::string& text) {
 TEST(JsonRecognizer, AcceptsObjectsAndRefusesTheRestAtTheFirstBadByte) {
   for (const char* ok : {"{}", " {\"a\": 1}", "{\"a\":[1,-2.5e+3,0,0.0,1E9,true,false,null,{}],\"b\":{\"c\":\"\"}}",
                          "{\"\\u00e9\\n\\\"\\\\\\/\\b\\f\\r\\t\":\"\\uD83D\\uDE00\"}", "{\"k\":\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"}",
-                         "{\r\n\t\"a\" : [ ] }"})
+                         "{\n\t\"a\" : [ ] }", "{\n                                \"a\":1}"})
     EXPECT_TRUE(recognizes(ok)) << ok;
   struct Bad {
     const char* text;
@@ -56,7 +81,8 @@ TEST(JsonRecognizer, AcceptsObjectsAndRefusesTheRestAtTheFirstBadByte) {
            {"{\"a\":\"\\x\"}", 7}, {"{\"a\":\"\\uDC00\"}", 9}, {"{\"a\":\"\\uD800x\"}", 12}, {"{\"a\":\"\\uD800\\u0041\"}", 14},
            {"{\"a\":\"\x01\"}", 6}, {"{\"a\":\"\xC0\xAF\"}", 6}, {"{\"a\":\"\xE0\x80\x80\"}", 7},
            {"{\"a\":\"\xED\xA0\x80\"}", 7}, {"{\"a\":\"\xF4\x90\x80\x80\"}", 7}, {"{\"a\":\"\x80\"}", 6}, {"{\"a\":1]", 6},
-           {"{\"a\" 1}", 5}}) {
+           {"{\"a\" 1}", 5}, {"{\r\"a\":1}", 1}, {"{  \"a\":1}", 2}, {"{\n\n\"a\":1}", 2}, {"{\"a\":\t1}", 5},
+           {"{\n                                 \"a\":1}", 34}}) {
     JsonRecognizer r;
     EXPECT_EQ(accepted_bytes(r, b.text), b.refused_at) << b.text;
     EXPECT_EQ(nlohmann_object(b.text), false) << b.text;
