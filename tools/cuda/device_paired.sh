@@ -13,11 +13,13 @@
 # build and its settings joined by commas: `tree`, `base` or the name of another tree under
 # .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
 # tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
+# SERVE (e.g. "1,4") then times `regolith serve` of every run with that many streams at once
+# (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds).
 #   tools/cuda/device_paired.sh
 # Past DEADLINE seconds (default 540: a device call ends at 600, and what it printed is lost with
 # it) no further bench starts.
 #   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0), DEADLINE (540),
-#        VARIANTS (""), RUNS (""), CHECK (1)
+#        VARIANTS (""), RUNS (""), CHECK (1), SERVE ("")
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
@@ -101,6 +103,15 @@ done
 if [ "${DEPTH:-0}" = 1 ] && ! late; then
   /tmp/b/regolith bench -m "$model" --backend cuda -p 512 -n 128 -d 1024,32768 -r 1 --fill-chunk 4096 2>&1 |
     grep -E "^\| (pp|tg)"
+fi
+if [ -n "${SERVE:-}" ]; then
+  for r in "${runs[@]}"; do
+    late && break
+    echo "== serve $r"
+    spec=($r)
+    env "${spec[@]:1}" python3 tools/serve_bench.py "/tmp/${spec[0]}/regolith" "$model" -k "$SERVE" -p 128 -n 128 -r 2 \
+      -- --backend cuda 2>/dev/null | grep "^| [0-9]"
+  done
 fi
 echo "done at $(since)"
 rm -f "$out"/{configure.log,build.log,gpu.txt,parity.txt,cuda_vs_ref.txt}  # only a few files come back
