@@ -110,7 +110,7 @@ if [ -n "${SERVE:-}" ]; then
     echo "== serve $r"
     spec=($r)
     env "${spec[@]:1}" python3 tools/serve_bench.py "/tmp/${spec[0]}/regolith" "$model" -k "$SERVE" -p 128 -n 128 -r 2 \
-      -- --backend cuda 2>/dev/null | grep "^| [0-9]"
+      -- --backend cuda 2>/dev/null | grep "^|"
   done
 fi
 echo "done at $(since)"
