@@ -1,8 +1,8 @@
 // Picks the next token of one choice: logit bias, penalties (OpenAI presence/frequency over the
 // generated tokens; transformers' repetition penalty over prompt and generated tokens), an optional
-// forced opening (the reply must begin with one of a few texts) or JSON mode (json_constraint.h),
-// then regolith's Sampler. Also
-// computes the log-probabilities reported to clients, from the model's untouched distribution.
+// forced opening (the reply must begin with one of a few texts) or a JSON mode (json_schema.h's
+// JsonReplyConstraint), then regolith's Sampler. Also computes the log-probabilities reported to
+// clients, from the model's untouched distribution.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "sample/sampler.h"
-#include "server/json_constraint.h"
 #include "server/json_schema.h"
 #include "server/task.h"
 

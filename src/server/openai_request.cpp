@@ -368,7 +368,7 @@ ChatRequest parse_chat_request(const Json& body, const ModelInfo& model) {
     if (choice == "required" || choice == "function")
       throw invalid_request("a JSON 'response_format' and a forced tool call ('tool_choice') exclude each other",
                             "response_format");
-    // The reply is the JSON object alone: a reasoning block the template opened is closed empty,
+    // The reply is the JSON value alone: a reasoning block the template opened is closed empty,
     // as templates do when thinking is off.
     if (r.reasoning_open) r.prompt_text += "</think>\n\n", r.reasoning_open = false;
   }
