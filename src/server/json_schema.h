@@ -7,8 +7,8 @@
 //
 // Supported: type (one or a list), properties (in the schema's order; names not in required may
 // be left out), required, additionalProperties (false, true or a schema), items, minItems and
-// maxItems (up to 64), enum, const, anyOf and oneOf (as anyOf), $ref to #, #/$defs/… and
-// #/definitions/…, and the empty schema (any value). Annotations (title, description, default,
+// maxItems (up to 64), enum, const, anyOf and oneOf (as anyOf; up to 32 alternatives), $ref to
+// #, #/$defs/… and #/definitions/…, and the empty schema (any value). Annotations (title, description, default,
 // examples, $schema, $id, $comment) are ignored. Any other keyword is refused with its name, not
 // ignored: a reply the schema's author did not mean is worse than an error.
 #pragma once

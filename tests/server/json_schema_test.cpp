@@ -173,6 +173,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
                              R"({"type":"array","maxItems":1000})", R"({"type":"widget"})",
                              R"({"type":"object","properties":{"a":{}},"required":["b"]})", "false",
                              R"({"type":"integer","enum":["a","b"]})",
+                             R"({"anyOf":[{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}]})",
                              R"({"type":"object","properties":{"me":{"$ref":"#"}},"required":["me"]})",
                              R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"}) {
     try {
