@@ -267,6 +267,11 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) : n_vocab_(tokenizer.
   }
 }
 
+std::shared_ptr<const JsonVocabulary> JsonVocabulary::Lazy::get() const {
+  std::call_once(once_, [this] { vocabulary_ = std::make_shared<const JsonVocabulary>(tokenizer_); });
+  return vocabulary_;
+}
+
 template <class State>
 void TokenConstraint<State>::walk(const JsonVocabulary::Trie& trie, std::vector<char>& allowed) const {
   struct Item {

@@ -192,6 +192,10 @@ CommonFields parse_common(const Fields& f, const ModelInfo& model, GenerationTas
       throw invalid_request("response_format '" + *type + "' is not supported (text, json_object and json_schema are)",
                             "response_format");
     }
+    if (task.json_object || task.json_schema) {
+      if (!model.json_vocabulary) fail("JSON mode: the server has no vocabulary tries");
+      task.json_vocabulary = model.json_vocabulary->get();
+    }
   }
   return c;
 }

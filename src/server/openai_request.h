@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/json_constraint.h"
 #include "server/task.h"
 
 namespace regolith {
@@ -29,6 +30,7 @@ struct ModelInfo {
   int64_t n_ctx = 0;
   int64_t n_vocab = 0;
   int max_choices = 64;         // n times the number of prompts
+  const JsonVocabulary::Lazy* json_vocabulary = nullptr;  // the tries JSON-mode requests take
 };
 
 struct ToolSpec {

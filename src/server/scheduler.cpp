@@ -305,10 +305,8 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
   seq->prompt = &t.task.prompt;
   static std::mt19937_64 random_seeds{std::random_device{}()};
   uint64_t seed = t.task.sampling.seed ? *t.task.sampling.seed + static_cast<uint64_t>(p.choice) : random_seeds();
-  const bool json = t.task.json_object || t.task.json_schema;
-  if (json && !json_vocabulary_) json_vocabulary_ = std::make_unique<JsonVocabulary>(tokenizer_);
   seq->sampler = std::make_unique<ChoiceSampler>(t.task.sampling, seed, t.task.prompt, t.task.forced_openings,
-                                                 json ? json_vocabulary_.get() : nullptr, t.task.json_schema.get());
+                                                 t.task.json_vocabulary.get(), t.task.json_schema.get());
   seq->text = std::make_unique<TextStream>(tokenizer_, t.task.stop);
   const int64_t len = static_cast<int64_t>(t.task.prompt.size());
 

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "runtime/session.h"
-#include "server/json_constraint.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/queue.h"
@@ -98,7 +97,6 @@ class Scheduler {
   SchedulerOptions options_;
   Metrics& metrics_;
   PrefixCache cache_;
-  std::unique_ptr<JsonVocabulary> json_vocabulary_;  // made at the first JSON-mode request
 
   std::mutex mutex_;  // guards incoming_, warm_incoming_, stopping_
   std::condition_variable wake_, exported_;

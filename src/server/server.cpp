@@ -77,6 +77,8 @@ int run_server(const ServerOptions& o) {
   info.id = o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias;
   info.n_ctx = n_ctx;
   info.n_vocab = hp.n_vocab;
+  const JsonVocabulary::Lazy json_vocabulary(tokenizer);
+  info.json_vocabulary = &json_vocabulary;
 
   Metrics metrics;
   Scheduler scheduler(engine, tokenizer,

@@ -13,6 +13,7 @@
 namespace regolith::server {
 
 class JsonGrammar;
+class JsonVocabulary;
 
 struct SamplingOptions {
   float temperature = 1.0f;  // <= 0: greedy
@@ -40,6 +41,7 @@ struct GenerationTask {
   std::vector<std::string> forced_openings;
   bool json_object = false;   // the reply is one JSON object (response_format json_object)
   std::shared_ptr<const JsonGrammar> json_schema;  // or a value of this schema (json_schema)
+  std::shared_ptr<const JsonVocabulary> json_vocabulary;  // the tries both modes mask with
   bool use_cache = true;      // restore from and store into the prefix cache
 };
 

@@ -234,6 +234,7 @@ class RequestParsing : public ::testing::Test {
     model_.id = "tiny";
     model_.n_ctx = 128;
     model_.n_vocab = 512;
+    model_.json_vocabulary = &json_vocabulary_;
   }
   int status_of(const std::string& body, bool chat = true) {
     try {
@@ -246,6 +247,7 @@ class RequestParsing : public ::testing::Test {
     }
   }
   std::unique_ptr<ChatTemplate> tmpl_;
+  JsonVocabulary::Lazy json_vocabulary_{tiny_tokenizer()};
   ModelInfo model_;
 };
 
@@ -284,6 +286,7 @@ TEST_F(RequestParsing, JsonModeIsATaskFlagAndClosesOpenReasoning) {
   const char* json_chat = R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})";
   ChatRequest c = parse_chat_request(Json::parse(json_chat), model_);
   EXPECT_TRUE(c.task.json_object);
+  EXPECT_TRUE(c.task.json_vocabulary);
   EXPECT_FALSE(parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), model_).task.json_object);
   EXPECT_TRUE(parse_completion_request(Json::parse(R"({"prompt":"a","response_format":{"type":"json_object"}})"), model_)
                   .tasks[0].json_object);
