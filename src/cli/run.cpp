@@ -3,9 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "cli/default_model.h"
 #include "cli/token_list.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
 #include "server/json_schema.h"
@@ -51,18 +50,13 @@ std::vector<int32_t> prompt_tokens(const RunArgs& a, const Tokenizer& tok) {
   if (a.no_think) options.extra["enable_thinking"] = false;
   std::string text = ChatTemplate::from_tokenizer(tok).apply(messages, options);
   // The reply is JSON alone: a reasoning block the template opened is closed empty, as the server does.
-  const size_t open = text.rfind("<think>"), close = text.rfind("</think>");
-  if ((a.json || !a.json_schema.empty()) && open != std::string::npos && (close == std::string::npos || close < open))
-    text += "</think>\n\n";
+  if ((a.json || !a.json_schema.empty()) && ends_in_open_reasoning(text)) text += "</think>\n\n";
   return tok.encode(text, {.add_special = false, .parse_special = true});
 }
 
 nlohmann::ordered_json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return nlohmann::ordered_json::parse(text.str());
+    return nlohmann::ordered_json::parse(read_text_file(path));
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": not JSON (", e.what(), ")");
   }

@@ -4,15 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/token_list.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
@@ -30,11 +29,7 @@ struct TokenizeArgs {
 
 std::string read_all(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_text_file(path);
 }
 
 // A token's text for display: characters as they are, control characters and bytes that are

@@ -366,8 +366,7 @@ ChatRequest parse_chat_request(const Json& body, const ModelInfo& model) {
   } catch (const Error& e) {
     throw invalid_request(std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
-  size_t open = r.prompt_text.rfind("<think>"), close = r.prompt_text.rfind("</think>");
-  r.reasoning_open = open != std::string::npos && (close == std::string::npos || close < open);
+  r.reasoning_open = ends_in_open_reasoning(r.prompt_text);
   if (r.task.json_object || r.task.json_schema) {
     if (choice == "required" || choice == "function")
       throw invalid_request("a JSON 'response_format' and a forced tool call ('tool_choice') exclude each other",

@@ -7,12 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "gguf/gguf.h"
 #include "runtime/session.h"
 #include "server/cache_store.h"
@@ -25,14 +24,6 @@
 
 namespace regolith::server {
 namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::optional<ChatTemplate> load_template(const ServerOptions& o, const Tokenizer& tok, std::string& source) {
   if (!o.chat_template_file.empty()) {

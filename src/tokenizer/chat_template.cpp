@@ -31,4 +31,9 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const Ch
   return template_.render(context);
 }
 
+bool ends_in_open_reasoning(const std::string& prompt) {
+  const size_t open = prompt.rfind("<think>"), close = prompt.rfind("</think>");
+  return open != std::string::npos && (close == std::string::npos || close < open);
+}
+
 }  // namespace regolith

@@ -35,4 +35,8 @@ class ChatTemplate {
   std::string bos_token_, eos_token_;
 };
 
+// Whether a rendered prompt ends inside a reasoning block: its last <think> has no </think> after
+// it (a thinking template's generation prompt opens one), so the reply starts as reasoning.
+bool ends_in_open_reasoning(const std::string& prompt);
+
 }  // namespace regolith
