@@ -3,36 +3,24 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/token_list.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace regolith::cli {
-namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 std::vector<int32_t> read_eval_tokens(const std::string& tokens_file, const std::string& text_file, const GgufFile& model) {
   if (tokens_file.empty() == text_file.empty()) fail("give exactly one of --tokens FILE and --text FILE");
   if (!tokens_file.empty()) {
-    std::string text = read_file(tokens_file);
+    std::string text = read_text_file(tokens_file);
     for (char& c : text)
       if (c == '\n' || c == '\r' || c == '\t') c = ' ';
     return parse_token_list(text);
   }
-  const std::string text = read_file(text_file);
+  const std::string text = read_text_file(text_file);
   if (text.empty()) fail(text_file, ": no tokens (the file is empty)");
   return Tokenizer::from_gguf(model).encode(text, {.parse_special = false});
 }

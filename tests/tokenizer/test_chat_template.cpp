@@ -19,7 +19,7 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 const ordered_json& cases() {
-  static const ordered_json j = ordered_json::parse(read_file(data_path("chat/cases.json")));
+  static const ordered_json j = ordered_json::parse(read_text_file(data_path("chat/cases.json")));
   return j;
 }
 
@@ -34,7 +34,7 @@ std::string first_difference(const std::string& got, const std::string& expected
 TEST(ChatTemplate, ConversationsMatchJinja2) {
   const ordered_json& all = cases();
   std::map<std::string, std::string> sources;
-  for (const auto& [key, file] : all["templates"].items()) sources[key] = read_file(data_path("chat/" + file.get<std::string>()));
+  for (const auto& [key, file] : all["templates"].items()) sources[key] = read_text_file(data_path("chat/" + file.get<std::string>()));
   const std::string bos = all["special_tokens"]["bos_token"], eos = all["special_tokens"]["eos_token"];
   std::map<std::string, int> rendered, per_template;  // successful renders expected per template
   int n_errors = 0;

@@ -28,7 +28,7 @@ namespace {
 
 std::map<std::string, std::string> load_corpus() {
   std::map<std::string, std::string> docs;
-  std::istringstream in(read_file(data_path("corpus.jsonl")));
+  std::istringstream in(read_text_file(data_path("corpus.jsonl")));
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
     docs[j["name"]] = j["text"];
@@ -39,7 +39,7 @@ std::map<std::string, std::string> load_corpus() {
 void check_corpus(const std::string& pre, const std::string& expected_file, size_t min_docs) {
   const Tokenizer& tok = qwen3_tokenizer(pre);
   const auto docs = load_corpus();
-  std::istringstream in(read_file(data_path(expected_file)));
+  std::istringstream in(read_text_file(data_path(expected_file)));
   size_t n_docs = 0, n_same = 0, n_bytes = 0, n_ids = 0, n_roundtrip = 0;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);

@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -22,13 +21,6 @@ namespace fs = std::filesystem;
 
 std::string data_path(const std::string& name) { return std::string(REGOLITH_TOKENIZER_TEST_DATA) + "/" + name; }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string temp_path(const std::string& name) {
   // One folder per test process, removed when the process exits.
@@ -60,7 +52,7 @@ const Tokenizer& qwen3_tokenizer(const std::string& pre) {
   std::string dir = temp_path("qwen3_" + pre);
   fs::create_directories(dir);
   // (plain json: ordered_json looks keys up linearly, quadratic over 151k vocabulary entries)
-  nlohmann::json tj = nlohmann::json::parse(read_file(src + "/tokenizer.json"));
+  nlohmann::json tj = nlohmann::json::parse(read_text_file(src + "/tokenizer.json"));
   if (pre == "qwen35")
     for (auto& p : tj["pre_tokenizer"]["pretokenizers"])
       if (p["type"] == "Split") p["pattern"]["Regex"] = pre_type_info(PreType::qwen35).hf_regex;

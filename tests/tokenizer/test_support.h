@@ -1,17 +1,17 @@
 // Helpers shared by the tokenizer tests: test data paths, a tiny GGUF tokenizer builder, and the
-// Qwen3 tokenizer converted to GGUF once per test run.
+// Qwen3 tokenizer converted to GGUF once per test run (files are read with core/text_file.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/text_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace regolith::test {
 
 std::string data_path(const std::string& name);  // under tests/data/tokenizer
-std::string read_file(const std::string& path);
 std::string temp_path(const std::string& name);  // a fresh path in the test's temp dir
 
 // Directory holding Qwen3's tokenizer.json (+ config), or "" when it could not be fetched.
