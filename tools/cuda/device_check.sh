@@ -33,7 +33,7 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   tail -30 "$out/configure.log"
   exit 1
 fi
-targets="regolith regolith_ops_tests regolith_engine_tests regolith_cuda_quant_selfcheck"
+targets="regolith regolith_ops_tests regolith_engine_tests regolith_server_tests regolith_cuda_quant_selfcheck"
 [ "${BUILD_ONLY:-0}" = 1 ] && targets=regolith
 if ! ninja -C "$build" -j "$jobs" $targets >"$out/build.log" 2>&1; then
   grep -E -A12 "error|FAILED" "$out/build.log" | head -80

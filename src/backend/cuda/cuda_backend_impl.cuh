@@ -75,8 +75,8 @@ class CudaBackend final : public Backend {
 
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
   void get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) override;
-  // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads. Mailboxes
-  // only with REGOLITH_CUDA_QUEUED=1 until they have been measured on a GPU.
+  // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads. No
+  // mailboxes with REGOLITH_CUDA_QUEUED=0 (a queued step then runs when its token is given).
   std::unique_ptr<PendingRead> read_later(const Tensor& src) override;
   std::unique_ptr<HostMailbox> mailbox(size_t bytes) override;
   void receive(HostMailbox& from, size_t offset, Tensor& dst) override;
@@ -220,7 +220,7 @@ class CudaBackend final : public Backend {
   std::deque<ReadSlot> read_slots_;
   void add_read_slots(size_t n);
   friend class CudaPendingRead;
-  bool queued_steps_ = false;  // mailbox() makes mailboxes (REGOLITH_CUDA_QUEUED=1)
+  bool queued_steps_ = true;  // mailbox() makes mailboxes (unless REGOLITH_CUDA_QUEUED=0)
   std::vector<CudaMailbox*> mailboxes_;
   uint8_t* gather_ = nullptr;  // pinned buffer of large upload_gathered calls, grown as needed
   size_t gather_bytes_ = 0;
