@@ -15,6 +15,18 @@ Tensor Tensor::reshaped(std::array<int64_t, 4> ne) const {
   return Tensor(dtype_, ne, storage_, offset_);
 }
 
+Tensor Tensor::slice(int dim, int64_t first, int64_t n) const {
+  if (dim < 0 || dim > 3 || first < 0 || n < 0 || first + n > ne_[dim])
+    fail("cannot slice ", n, " from ", first, " of dimension ", dim, " of tensor ", shape_string());
+  for (int d = dim + 1; d < 4; ++d)
+    if (ne_[d] != 1) fail("cannot slice dimension ", dim, " of tensor ", shape_string(), ": not its outermost");
+  int64_t stride = 1;
+  for (int d = 0; d < dim; ++d) stride *= ne_[d];
+  std::array<int64_t, 4> ne = ne_;
+  ne[dim] = n;
+  return Tensor(dtype_, ne, storage_, offset_ + first * stride);
+}
+
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "f32";

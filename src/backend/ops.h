@@ -48,6 +48,9 @@ class Tensor {
   size_t n_bytes() const { return static_cast<size_t>(n_elements()) * dtype_bytes(dtype_); }
   bool empty() const { return storage_ == nullptr; }
   Tensor reshaped(std::array<int64_t, 4> ne) const;  // throws when the element count differs
+  // Indices first .. first + n − 1 of dimension dim, sharing the storage; every dimension above
+  // dim must be 1 (so the slice is contiguous).
+  Tensor slice(int dim, int64_t first, int64_t n) const;
   std::string shape_string() const;
 
   // Raw access, for backends only (model code must not dereference: the memory may be a GPU's).

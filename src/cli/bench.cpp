@@ -11,12 +11,16 @@
 // token once they are on the host. With --serial a second row issues each step only after the last
 // one's logits are read; with --queued another issues the steps back to back and reads logits only
 // after the last: no real decoding works that way (a step's token comes from the last one's
-// logits), but the difference between the rows is what the wait between steps costs.
+// logits), but the difference between the rows is what the wait between steps costs. With --batch,
+// rows "tgN xB" decode B sequences at the depth together, one eval_batch pass a token each (as the
+// server decodes several replies): t/s counts the tokens of all B.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,7 +34,7 @@ namespace regolith::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, prompts = "512", depths = "0";
+  std::string model, prompts = "512", depths = "0", batches;
   BackendOptions backend;
   int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
   bool serial = false, queued = false;
@@ -77,6 +81,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, std::mt19937& rng
 
 void run_bench(const BenchArgs& a) {
   std::vector<int32_t> prompts = parse_token_list(a.prompts), depths = parse_token_list(a.depths);
+  std::vector<int32_t> batches = a.batches.empty() ? std::vector<int32_t>{} : parse_token_list(a.batches);
   if (a.reps < 1) fail("-r must be at least 1");
   auto t_load = Clock::now();
   auto engine = Engine::open(a.model, a.backend);
@@ -158,6 +163,24 @@ void run_bench(const BenchArgs& a) {
       if (a.serial) decode(Steps::serial);
       if (a.queued) decode(Steps::queued);
     }
+    for (int32_t B : batches) {
+      if (B < 2 || a.n_gen <= 0) continue;
+      std::vector<std::unique_ptr<Session>> owned;
+      std::vector<Session*> batch;
+      for (int32_t i = 0; i < B; ++i) batch.push_back(owned.emplace_back(std::make_unique<Session>(engine)).get());
+      std::vector<double> rates;
+      for (int64_t r = 0; r < a.reps + 1; ++r) {
+        for (Session* sq : batch) sq->restore(at_depth);
+        std::vector<int32_t> tokens = random_tokens(a.n_gen * B, V, rng);
+        auto t0 = Clock::now();
+        for (int64_t i = 0; i < a.n_gen; ++i) eval_batch(batch, std::span(tokens).subspan(i * B, B));
+        if (r > 0) rates.push_back(static_cast<double>(a.n_gen * B) / seconds_since(t0));
+      }
+      Stats st = stats(rates);
+      std::printf("| tg%lld x%d | %d | %.1f ± %.1f | %.3f | | | |\n", (long long)a.n_gen, B, depth, st.median, st.stddev,
+                  1e3 / st.median);
+      std::fflush(stdout);
+    }
   }
 }
 
@@ -175,6 +198,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--fill-chunk", a.fill_chunk, "Tokens per forward call when filling the context to a depth")
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of the random token ids")->capture_default_str();
+  cmd->add_option("--batch", a.batches,
+                  "Also time decode of this many sequences at once, one forward pass a token each "
+                  "(comma-separated, e.g. 2,4,8)");
   cmd->add_flag("--serial", a.serial,
                 "Also time decode with each step issued only after the last one's logits are read (no step "
                 "issued ahead)");

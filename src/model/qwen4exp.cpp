@@ -1,4 +1,6 @@
-// The qwen4exp forward pass (model-spec §4.1), one chunk of one sequence:
+// The qwen4exp forward pass (model-spec §4.1), one chunk of one sequence or one token each of
+// several (their tokens are the columns of every activation; only the ops that read a sequence's
+// state run per sequence, on its columns):
 //   embed → R = 4 copies → for each layer [PLE at its layer] → HC read → GDN or QSA → HC write
 //   → HC read → MoE → HC write → final HC mixer (no inject, no norm) → LM head.
 // Each line is one backend op on named tensors; every intermediate is offered to the trace hook.
@@ -49,14 +51,27 @@ std::vector<int64_t> ple_rows(const Qwen4ExpHparams& hp, const PleHashConstants&
   return rows;
 }
 
+// One sequence's tokens in a forward pass: columns first .. first + tokens − 1 of every activation,
+// at positions st->n_past onwards.
+struct SeqPart {
+  Qwen4ExpState* st = nullptr;
+  std::span<const int32_t> tokens;  // empty for a queued step (its id is in the mailbox)
+  int64_t first = 0, n = 0;
+  std::vector<int64_t> positions;
+};
+
 class Forward {
  public:
-  // inputs set: one token whose id and n-gram rows come from that mailbox (forward_queued).
-  Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, Qwen4ExpState& st,
-          std::span<const int32_t> tokens, HostMailbox* inputs, const TraceFn& trace)
-      : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), st_(st), tokens_(tokens),
-        inputs_(inputs), trace_(trace), T_(inputs ? 1 : static_cast<int64_t>(tokens.size())) {
-    for (int64_t t = 0; t < T_; ++t) positions_.push_back(st.n_past + t);
+  // inputs set: one part of one token whose id and n-gram rows come from that mailbox (forward_queued).
+  Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, std::vector<SeqPart> parts,
+          HostMailbox* inputs, const TraceFn& trace)
+      : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), parts_(std::move(parts)),
+        inputs_(inputs), trace_(trace) {
+    for (SeqPart& p : parts_) {
+      if (p.first != T_) fail("forward: sequence parts out of order");
+      for (int64_t t = 0; t < p.n; ++t) p.positions.push_back(p.st->n_past + t);
+      T_ += p.n;
+    }
   }
 
   Tensor run(LogitRows rows) {
@@ -67,7 +82,9 @@ class Forward {
       be_.receive(*inputs_, kQueuedToken, id);
       be_.get_rows_by(w_.token_embd, id, x);
     } else {
-      be_.get_rows(w_.token_embd, std::vector<int64_t>(tokens_.begin(), tokens_.end()), x);
+      std::vector<int64_t> ids;
+      for (const SeqPart& p : parts_) ids.insert(ids.end(), p.tokens.begin(), p.tokens.end());
+      be_.get_rows(w_.token_embd, ids, x);
     }
     trace("embd", -1, x);
     Tensor R = f32(H * S, T_);
@@ -88,16 +105,20 @@ class Forward {
       y = moe(il, L.moe, ffn.x);
       pending = {y, ffn.inject_w, "resid_ffn", il};
     }
-    if (rows == LogitRows::Last && T_ > 1) {
+    const auto n_parts = static_cast<int64_t>(parts_.size());
+    if (rows == LogitRows::Last && T_ > n_parts) {  // each sequence's last token
       write_pending(R, pending);
-      Tensor last = f32(H * S, 1);
-      be_.copy(R, (T_ - 1) * H * S, last, 0, H * S);
+      Tensor last = f32(H * S, n_parts);
+      for (int64_t i = 0; i < n_parts; ++i) {
+        const SeqPart& p = parts_[static_cast<size_t>(i)];
+        be_.copy(R, (p.first + p.n - 1) * H * S, last, i * H * S, H * S);
+      }
       R = last;
     }
     Tensor h = hc_read(w_.output_hc, R, pending, -1, "output_hc").x;
     Tensor logits = mul_mat(w_.output, h);
     trace("logits", -1, logits);
-    st_.n_past += T_;
+    for (SeqPart& p : parts_) p.st->n_past += p.n;
     return logits;
   }
 
@@ -108,6 +129,14 @@ class Forward {
 
   void trace(std::string_view name, int64_t il, const Tensor& t) const {
     if (trace_) trace_(name, il, t);
+  }
+  // Part p's columns of an activation whose tokens are its outermost dimension.
+  Tensor of(const Tensor& t, const SeqPart& p) const {
+    if (parts_.size() == 1) return t;
+    int dim = 3;
+    while (dim > 0 && t.ne(dim) == 1) --dim;
+    if (t.ne(dim) != T_) fail("forward: tensor ", t.shape_string(), " is not one column a token");
+    return t.slice(dim, p.first, p.n);
   }
   // Every tensor made here is the output of the op it is made for.
   Tensor f32(int64_t a, int64_t b = 1, int64_t c = 1) { return be_.output_f32(a, b, c); }
@@ -168,10 +197,16 @@ class Forward {
   void ple(int64_t il, const PleWeights& w, Tensor& R) {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
     Tensor E = f32(H, T_);
-    if (inputs_)
+    if (inputs_) {
       be_.receive(*inputs_, kQueuedPleRows, E);
-    else
-      be_.get_rows(w_.ple_table, ple_rows(hp_, ple_hash_, st_.ple_context, tokens_), E);
+    } else {
+      std::vector<int64_t> rows;
+      for (const SeqPart& p : parts_) {
+        std::vector<int64_t> r = ple_rows(hp_, ple_hash_, p.st->ple_context, p.tokens);
+        rows.insert(rows.end(), r.begin(), r.end());
+      }
+      be_.get_rows(w_.ple_table, rows, E);
+    }
     trace("ple.embd", il, E);
     Tensor key = rms_norm(mul_mat(w.key, E), w.norm_key, H);
     Tensor val = mul_mat(w.value, E);
@@ -181,7 +216,10 @@ class Forward {
     trace("ple.gated", il, G);
     Tensor N = rms_norm(G, w.norm_conv, H);
     Tensor C = f32(H * S, T_);
-    be_.causal_conv(N, st_.ple_conv, w.conv, hp_.ple_ngram_size, C);
+    for (const SeqPart& p : parts_) {
+      Tensor c = of(C, p);
+      be_.causal_conv(of(N, p), p.st->ple_conv, w.conv, hp_.ple_ngram_size, c);
+    }
     trace("ple.conv", il, C);
     be_.add(R, G, R);
     be_.add(R, C, R);
@@ -189,18 +227,22 @@ class Forward {
   }
 
   Tensor gdn(int64_t il, const GdnWeights& w, const Tensor& a) {
-    Qwen4ExpLayerState& ls = st_.layers[il];
     int64_t nv = hp_.ssm_n_v_heads;
     auto [qkv, z, alpha, beta_raw] = mul_mats<4>({&w.qkv, &w.gate, &w.alpha, &w.beta}, a);
     Tensor u = f32(hp_.ssm_conv_dim(), T_);
-    be_.causal_conv(qkv, ls.conv, w.conv, 1, u);
-    trace("gdn.conv", il, u);
-    // Gates, the delta-rule scan and the gated output norm.
     Tensor g = f32(nv, T_), beta = f32(nv, T_), o = f32(hp_.ssm_value_dim(), T_), on = f32(hp_.ssm_value_dim(), T_);
-    be_.gdn_core({.qkv = &u, .alpha = &alpha, .beta_raw = &beta_raw, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias, .z = &z,
-                  .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
-                  .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
-                  .dv = hp_.ssm_v_head_dim, .g = &g, .beta = &beta, .core = &o, .out = &on});
+    for (const SeqPart& p : parts_) {
+      Qwen4ExpLayerState& ls = p.st->layers[il];
+      Tensor u_p = of(u, p), alpha_p = of(alpha, p), beta_raw_p = of(beta_raw, p), z_p = of(z, p);
+      Tensor g_p = of(g, p), beta_p = of(beta, p), o_p = of(o, p), on_p = of(on, p);
+      be_.causal_conv(of(qkv, p), ls.conv, w.conv, 1, u_p);
+      // Gates, the delta-rule scan and the gated output norm.
+      be_.gdn_core({.qkv = &u_p, .alpha = &alpha_p, .beta_raw = &beta_raw_p, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias,
+                    .z = &z_p, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
+                    .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
+                    .dv = hp_.ssm_v_head_dim, .g = &g_p, .beta = &beta_p, .core = &o_p, .out = &on_p});
+    }
+    trace("gdn.conv", il, u);
     trace("gdn.g", il, g);
     trace("gdn.beta", il, beta);
     trace("gdn.core", il, o);
@@ -211,50 +253,53 @@ class Forward {
   }
 
   Tensor qsa(int64_t il, const QsaWeights& w, const Tensor& a) {
-    Qwen4ExpLayerState& ls = st_.layers[il];
     int64_t hd = hp_.head_dim, nh = hp_.n_head, nkv = hp_.n_head_kv, di = hp_.indexer_head_dim;
-    int64_t ratio = hp_.compress_ratios[il], n0 = st_.n_past, n_end = n0 + T_;
-    float theta = static_cast<float>(hp_.rope_theta);
     // Main attention q (with its output gate), k, v; k and v join the cache.
     // The indexer's queries are normed and rotated too, and its raw keys cached.
     auto [q_proj, k_proj, v, iq_proj, ik] = mul_mats<5>({&w.q, &w.k, &w.v, &w.index_q, &w.index_k}, a);
-    const Tensor qg = q_proj.reshaped({2 * hd, nh, T_, 1});
-    Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_), k = f32(hd, nkv, T_), iq = f32(di, hp_.indexer_n_head, T_);
-    be_.qsa_prepare({.qg = &qg, .k = &k_proj, .v = &v, .iq = &iq_proj, .ik = &ik,
-                     .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = positions_,
-                     .n_rot = hp_.n_rot, .theta = theta, .eps = static_cast<float>(hp_.rms_eps), .q_out = &q,
-                     .gate_out = &gate, .k_out = &k, .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v,
-                     .ik_cache = &ls.index_keys, .n0 = n0});
+    Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_), k = f32(hd, nkv, T_), o = f32(hd * nh, T_);
+    for (const SeqPart& p : parts_) {
+      const Tensor qg = of(q_proj, p).reshaped({2 * hd, nh, p.n, 1});
+      const Tensor k_proj_p = of(k_proj, p), v_p = of(v, p), iq_proj_p = of(iq_proj, p), ik_p = of(ik, p);
+      Tensor q_p = of(q, p), gate_p = of(gate, p), k_p = of(k, p), o_p = of(o, p);
+      Tensor iq = f32(di, hp_.indexer_n_head, p.n);
+      Qwen4ExpLayerState& ls = p.st->layers[il];
+      const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
+      const int64_t ratio = hp_.compress_ratios[il], n0 = p.st->n_past, n_end = n0 + p.n;
+      be_.qsa_prepare({.qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p,
+                       .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions,
+                       .n_rot = hp_.n_rot, .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p,
+                       .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0});
+      // Blocks completed by this chunk are pooled.
+      int64_t nb = n_end / ratio;
+      if (nb > ls.n_pooled) {
+        be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
+                      .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot,
+                      .theta = theta, .eps = eps});
+        ls.n_pooled = nb;
+      }
+      int64_t top_blocks = hp_.indexer_top_k / ratio;
+      // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
+      // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
+      // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
+      // indexer has nothing to choose: no selection is made, and attention is causal.
+      const int64_t dense_rows = std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, p.n);
+      Tensor sel, n_sel;
+      if (dense_rows < p.n) {
+        int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
+        sel = be_.alloc(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc(DType::I32, {p.n, 1, 1, 1});
+        be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
+                        .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
+        trace("qsa.sel", il, sel);
+        trace("qsa.n_sel", il, n_sel);
+      }
+      be_.qsa_attend({.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
+                      .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
+                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
+                      .dense_n0 = n0, .dense_rows = dense_rows});
+    }
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);
-    // Blocks completed by this chunk are pooled.
-    int64_t nb = n_end / ratio;
-    if (nb > ls.n_pooled) {
-      be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
-                    .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot, .theta = theta,
-                    .eps = static_cast<float>(hp_.rms_eps)});
-      ls.n_pooled = nb;
-    }
-    int64_t top_blocks = hp_.indexer_top_k / ratio;
-    // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
-    // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
-    // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
-    // indexer has nothing to choose: no selection is made, and attention is causal.
-    const int64_t dense_rows = std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, T_);
-    Tensor sel, n_sel;
-    if (dense_rows < T_) {
-      int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
-      sel = be_.alloc(DType::I32, {max_sel, T_, 1, 1}), n_sel = be_.alloc(DType::I32, {T_, 1, 1, 1});
-      be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = positions_, .ratio = ratio,
-                      .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
-      trace("qsa.sel", il, sel);
-      trace("qsa.n_sel", il, n_sel);
-    }
-    Tensor o = f32(hd * nh, T_);
-    be_.qsa_attend({.q = &q, .gate = &gate, .k_cache = &ls.k, .v_cache = &ls.v,
-                    .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
-                    .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o,
-                    .dense_n0 = n0, .dense_rows = dense_rows});
     trace("qsa.attn", il, o);
     Tensor y = mul_mat(w.out, o);
     trace("qsa.out", il, y);
@@ -276,12 +321,10 @@ class Forward {
   const Qwen4ExpWeights& w_;
   const PleHashConstants& ple_hash_;
   Backend& be_;
-  Qwen4ExpState& st_;
-  std::span<const int32_t> tokens_;
+  std::vector<SeqPart> parts_;
   HostMailbox* inputs_;
   const TraceFn& trace_;
-  int64_t T_;
-  std::vector<int64_t> positions_;
+  int64_t T_ = 0;
 };
 
 // Grows the token-indexed caches (QSA K/V, raw and pooled indexer keys) to hold n tokens.
@@ -363,7 +406,25 @@ Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const
   if (tokens.empty()) fail("forward: no tokens");
   for (int32_t t : tokens) check_token(hp_, t);
   reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()));
-  return Forward(*this, ple_hash_, be, state, tokens, nullptr, trace).run(rows);
+  const auto n = static_cast<int64_t>(tokens.size());
+  return Forward(*this, ple_hash_, be, {{.st = &state, .tokens = tokens, .first = 0, .n = n}}, nullptr, trace)
+      .run(rows);
+}
+
+Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const> states,
+                                    std::span<const int32_t> tokens, const TraceFn& trace) const {
+  if (states.empty() || states.size() != tokens.size())
+    fail("forward_batch: ", states.size(), " sequences for ", tokens.size(), " tokens");
+  std::vector<SeqPart> parts;
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (std::find(states.begin(), states.begin() + static_cast<std::ptrdiff_t>(i), states[i]) !=
+        states.begin() + static_cast<std::ptrdiff_t>(i))
+      fail("forward_batch: a sequence appears twice");
+    check_token(hp_, tokens[i]);
+    reserve(be, hp_, *states[i], states[i]->n_past + 1);
+    parts.push_back({.st = states[i], .tokens = tokens.subspan(i, 1), .first = static_cast<int64_t>(i), .n = 1});
+  }
+  return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All);
 }
 
 size_t Qwen4ExpModel::queued_inputs_bytes() const {
@@ -374,7 +435,7 @@ Tensor Qwen4ExpModel::forward_queued(Backend& be, Qwen4ExpState& state, HostMail
                                      const TraceFn& trace) const {
   if (inputs.bytes().size() < queued_inputs_bytes()) fail("forward_queued: a mailbox of ", inputs.bytes().size(), " bytes");
   reserve(be, hp_, state, state.n_past + 1);
-  return Forward(*this, ple_hash_, be, state, {}, &inputs, trace).run(LogitRows::Last);
+  return Forward(*this, ple_hash_, be, {{.st = &state, .first = 0, .n = 1}}, &inputs, trace).run(LogitRows::Last);
 }
 
 void Qwen4ExpModel::give_queued_token(Qwen4ExpState& state, HostMailbox& inputs, int32_t token) const {

@@ -1,7 +1,8 @@
 // The qwen4exp text model (model-spec §4): the forward pass written once against backend ops,
 // and the per-sequence state it reads and advances. Prefill and decode are the same code: the ops
 // choose their algorithm by token count (GDN chunked scan vs recurrent step, per-row QSA selection).
-// Not here: batching several sequences, MTP drafting, vision inputs.
+// A decode step of several sequences is one pass too (forward_batch). Not here: MTP drafting,
+// vision inputs.
 #pragma once
 
 #include <functional>
@@ -60,6 +61,10 @@ class Qwen4ExpModel {
   // or the last one only). One call is one chunk: the caller splits long prompts.
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
                  const TraceFn& trace = {}) const;
+  // One token for each of several sequences (distinct states), at each one's position: the products
+  // read every weight once for all of them. Returns logits [n_vocab, states.size()].
+  Tensor forward_batch(Backend& be, std::span<Qwen4ExpState* const> states, std::span<const int32_t> tokens,
+                       const TraceFn& trace = {}) const;
   // One token at position state.n_past, issued before the token is known: its id and n-gram rows
   // are read from `inputs` (a mailbox of queued_inputs_bytes()) when the device reaches them, once
   // give_queued_token() has written and released them, so a backend that queues work can issue

@@ -86,6 +86,24 @@ std::span<const float> Session::step_logits() {
   return read_->wait();
 }
 
+std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) {
+  if (sessions.empty()) fail("eval_batch: no sessions");
+  Engine& engine = *sessions.front()->engine_;
+  std::vector<Qwen4ExpState*> states;
+  for (Session* s : sessions) {
+    if (s->engine_.get() != &engine) fail("eval_batch: sessions of different engines");
+    if (s->awaits_token()) fail("eval_batch: a queued step waits for its token");
+    states.push_back(&s->state_);
+  }
+  Backend& be = engine.backend();
+  Tensor logits = engine.model().forward_batch(be, states, tokens);  // checks the tokens and repeats
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    sessions[i]->queued_.clear();  // as eval(): given steps nobody read are followed by this one
+    sessions[i]->tokens_.push_back(tokens[i]);
+  }
+  return be.read_f32(logits);
+}
+
 // The largest chunk whose activations fit in a quarter of the memory at hand: the device pool
 // rounds large buffers up to a power of two, and other sessions share the memory.
 int64_t Session::chunk_for(int64_t n, const EvalOptions& options) const {

@@ -58,6 +58,14 @@ class SessionSnapshot {
   std::vector<int32_t> tokens_;
 };
 
+class Session;
+
+// One decode step of several sessions of one engine in one forward pass: session i takes
+// tokens[i]. Returns logits row-major [sessions][n_vocab]. As eval() of that token in each
+// session (within the backend's rounding: the products run over all the tokens at once). No session
+// may have a step waiting for its token, nor appear twice.
+std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
+
 class Session {
  public:
   explicit Session(std::shared_ptr<Engine> engine);
@@ -94,6 +102,7 @@ class Session {
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 
  private:
+  friend std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
   int64_t chunk_for(int64_t n, const EvalOptions& options) const;
   void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
 

@@ -92,6 +92,10 @@ std::string render_prometheus(const Metrics& m, const PrefixCacheStats& cache, i
   metric(out, "regolith_decode_tokens_per_second", "gauge", "Generated tokens per second of decode engine time.",
          decode_s > 0 ? m.generated_tokens.load() / decode_s : 0);
   metric(out, "regolith_scheduler_steps_total", "counter", "Scheduler steps run.", m.steps.load());
+  metric(out, "regolith_batched_decode_steps_total", "counter",
+         "Forward passes that decoded several sequences at once.", m.batched_steps.load());
+  metric(out, "regolith_batched_decode_tokens_total", "counter", "Tokens decoded by those passes.",
+         m.batched_tokens.load());
   metric(out, "regolith_queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth.load());
   metric(out, "regolith_active_sequences", "gauge", "Sequences being prefilled or decoded.", m.active_sequences.load());
   metric(out, "regolith_slots_total", "gauge", "Sessions the scheduler runs at once (--parallel).", m.slots_total.load());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -66,6 +67,7 @@ struct Scheduler::Sequence {
   std::unique_ptr<TextStream> text;
   int64_t n_generated = 0;
   int32_t last_token = -1;  // the last token chosen
+  std::optional<int32_t> unfed;  // a chosen token the session has not been given: the next batched pass's
   bool done = false;
 };
 
@@ -358,6 +360,7 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
 }
 
 void Scheduler::step() {
+  batched_ = active_.size() >= 2;
   std::vector<BatchEntry> batch;
   int64_t budget = options_.step_tokens;
   for (auto& seq : active_)
@@ -381,14 +384,19 @@ void Scheduler::step() {
   std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
 }
 
-// One engine step over all entries. The runtime evaluates one Session per call, so this is a loop;
-// a batched engine call (all sessions' tokens in one forward pass) replaces exactly this function.
-// A running reply's step was issued (and given its token) when the token was chosen; here the next
-// one is issued before its logits are read. Each sequence gives the step it issued its token before
-// the loop moves on, so no other session's work is ever queued behind a step that waits.
+// One engine step over all entries: prompt chunks one by one, the replies whose tokens wait
+// (unfed) in one forward pass. A reply decoding alone had its step issued (and given its token)
+// when the token was chosen; here the next one is issued before its logits are read. Each sequence
+// gives the step it issued its token before the loop moves on, so no other session's work is ever
+// queued behind a step that waits.
 void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
+  std::vector<Sequence*> together;
   for (BatchEntry& e : batch) {
     Sequence& seq = *e.seq;
+    if (seq.unfed) {
+      together.push_back(&seq);
+      continue;
+    }
     Session& session = session_of(seq);
     auto t0 = Clock::now();
     try {
@@ -402,8 +410,9 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
           break;
         }
         case Sequence::Phase::decode: {
-          // Not when the next token ends the reply and nothing would feed it.
-          if (seq.n_generated + 1 < seq.task->task.max_tokens || commits(seq)) session.queue_step();
+          // Not when the next token ends the reply and nothing would feed it, nor when the next
+          // token waits for a batched pass.
+          if (!batched_ && (seq.n_generated + 1 < seq.task->task.max_tokens || commits(seq))) session.queue_step();
           next_token(seq, session.step_logits());
           metrics_.decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
           break;
@@ -414,6 +423,43 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
           release(seq);
           break;
         }
+      }
+    } catch (const std::exception& ex) {
+      if (!seq.done) fail_sequence(seq, ex.what());
+    }
+  }
+  if (!together.empty()) step_together(together);
+}
+
+void Scheduler::step_together(const std::vector<Sequence*>& seqs) {
+  std::vector<Session*> sessions;
+  std::vector<int32_t> tokens;
+  for (Sequence* seq : seqs) {
+    sessions.push_back(&session_of(*seq));
+    tokens.push_back(*seq->unfed);
+    seq->unfed.reset();
+  }
+  auto t0 = Clock::now();
+  std::vector<float> logits;
+  try {
+    logits = eval_batch(sessions, tokens);
+  } catch (const std::exception& ex) {
+    for (Sequence* seq : seqs)
+      if (!seq->done) fail_sequence(*seq, ex.what());
+    return;
+  }
+  metrics_.decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  if (seqs.size() > 1) ++metrics_.batched_steps, metrics_.batched_tokens += static_cast<int64_t>(seqs.size());
+  const auto V = static_cast<size_t>(engine_->n_vocab());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& seq = *seqs[i];
+    std::span<const float> row(logits.data() + i * V, V);
+    try {
+      if (seq.phase == Sequence::Phase::commit) {
+        snapshot_into_cache(seq, SnapshotPoint::reply_end, std::vector<float>(row.begin(), row.end()));
+        release(seq);
+      } else {
+        next_token(seq, row);
       }
     } catch (const std::exception& ex) {
       if (!seq.done) fail_sequence(seq, ex.what());
@@ -468,14 +514,21 @@ void Scheduler::next_token(Sequence& seq, std::span<const float> logits) {
   } else if (seq.n_generated >= task.max_tokens) {
     finish(seq, FinishReason::length, true);
   } else {
-    feed(session_of(seq), token);
+    feed(seq, token);
     seq.phase = Sequence::Phase::decode;
   }
 }
 
-void Scheduler::feed(Session& session, int32_t token) {
-  if (!session.awaits_token()) session.queue_step();
-  session.give_token(token);
+void Scheduler::feed(Sequence& seq, int32_t token) {
+  Session& session = session_of(seq);
+  if (session.awaits_token()) {
+    session.give_token(token);
+  } else if (batched_) {
+    seq.unfed = token;
+  } else {
+    session.queue_step();
+    session.give_token(token);
+  }
 }
 
 void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token) {
@@ -490,9 +543,8 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token)
   // The reply's last token (often the end-of-turn token the next turn's prompt repeats) is fed
   // after the client has its answer, so the cached state covers the whole reply. A step issued
   // ahead gets it in any case: it waits for a token.
-  Session& session = session_of(seq);
   const bool commit = feed_last_token && commits(seq);
-  if (commit || session.awaits_token()) feed(session, seq.last_token);
+  if (commit || session_of(seq).awaits_token()) feed(seq, seq.last_token);
   if (!commit) release(seq);
 }
 

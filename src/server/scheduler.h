@@ -4,10 +4,10 @@
 // Continuous batching: each step advances every active sequence, a new prompt by one chunk of at
 // most `chunk` tokens (chunks end at multiples of `chunk`, so every run of a prompt splits it the
 // same way and snapshots land on shared boundaries), a running reply by one token, so streams keep
-// flowing while long prompts are read. The runtime evaluates one Session per call today, so a step
-// runs its entries in a loop (run_batch); a batched engine call replaces that loop, not the step.
-// A running reply's next step is issued before its logits are read (Session::queue_step) and is
-// given its token as soon as the token is chosen.
+// flowing while long prompts are read. While several sequences are active, the running replies'
+// tokens go through one forward pass together (eval_batch: every weight read once for all of
+// them); a reply running alone has its next step issued before its logits are read
+// (Session::queue_step) and given its token as soon as the token is chosen.
 //
 // Prefix cache: snapshots at chunk boundaries, at the end of each prompt and at the end of each
 // reply (after feeding the reply's last token, once the client has its answer) go into a PrefixCache;
@@ -77,9 +77,10 @@ class Scheduler {
   void start_sequence(Pending& p, int slot);
   void step();
   void run_batch(std::vector<BatchEntry>& batch);
+  void step_together(const std::vector<Sequence*>& seqs);  // their chosen tokens in one forward pass
   void after_prefill(Sequence& seq, const std::vector<float>& logits);
   void next_token(Sequence& seq, std::span<const float> logits);  // chooses the token and feeds it
-  void feed(Session& session, int32_t token);                      // to the step issued ahead, or a new one
+  void feed(Sequence& seq, int32_t token);  // to the step issued ahead, a new one, or the next batched pass
   void finish(Sequence& seq, FinishReason reason, bool feed_last_token);
   bool commits(const Sequence& seq) const;  // the reply's end goes into the prefix cache
   Session& session_of(const Sequence& seq) const;
@@ -117,6 +118,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Pending>> pending_;
   std::deque<std::vector<int32_t>> warm_pending_;
   std::vector<std::unique_ptr<Sequence>> active_;
+  bool batched_ = false;  // several sequences active: chosen tokens wait for one pass together
 };
 
 }  // namespace regolith::server

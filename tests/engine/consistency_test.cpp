@@ -177,6 +177,61 @@ TEST_P(Consistency, QueuedStepsRefuseMisuse) {
   EXPECT_EQ(s.eval(tokens), fresh.eval(tokens));
 }
 
+// A decode step of several sessions at once (eval_batch) advances each as eval() of its token
+// would: three sessions at different positions (one past the QSA budget, one at its first token),
+// five batched steps, then one more step each alone; the reference backend's products do not depend
+// on how many tokens they run over, so the logits are equal bit for bit.
+TEST_P(Consistency, BatchedStepsEqualSeparateSteps) {
+  const std::vector<std::vector<int32_t>> prompts{prompt(75, 1), prompt(20, 2), {}};
+  const std::vector<int32_t> steps = prompt(16, 3), last{5, 6, 7};
+  std::vector<std::unique_ptr<Session>> batched, separate;
+  std::vector<Session*> batch;
+  for (const auto& p : prompts) {
+    batched.push_back(std::make_unique<Session>(engine_));
+    separate.push_back(std::make_unique<Session>(engine_));
+    if (!p.empty()) batched.back()->eval(p), separate.back()->eval(p);
+    batch.push_back(batched.back().get());
+  }
+  const size_t V = static_cast<size_t>(engine_->n_vocab());
+  for (size_t step = 0; step < 5; ++step) {
+    std::vector<int32_t> tokens;
+    for (size_t i = 0; i < batch.size(); ++i) tokens.push_back(steps[step * batch.size() + i]);
+    const std::vector<float> got = eval_batch(batch, tokens);
+    ASSERT_EQ(got.size(), batch.size() * V);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<float> want = separate[i]->eval(std::span(&tokens[i], 1));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<std::ptrdiff_t>(i * V)))
+          << "step " << step << " session " << i;
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(batched[i]->tokens(), separate[i]->tokens());
+    EXPECT_EQ(batched[i]->eval(std::span(&last[i], 1)), separate[i]->eval(std::span(&last[i], 1)));
+  }
+}
+
+TEST_P(Consistency, BatchedStepsRefuseMisuse) {
+  Session a(engine_), b(engine_);
+  std::vector<Session*> twice{&a, &a}, both{&a, &b};
+  const std::vector<int32_t> two{1, 2}, one{1}, bad{1, static_cast<int32_t>(engine_->n_vocab())};
+  EXPECT_THROW(eval_batch(twice, two), Error);
+  EXPECT_THROW(eval_batch(both, one), Error);
+  EXPECT_THROW(eval_batch(both, bad), Error);
+  EXPECT_THROW(eval_batch(std::span<Session* const>(), std::span<const int32_t>()), Error);
+  auto other = Engine::open(engine_model(GetParam()), "ref");
+  Session c(other);
+  std::vector<Session*> mixed{&a, &c};
+  EXPECT_THROW(eval_batch(mixed, two), Error);
+  b.queue_step();  // waits for its token
+  EXPECT_THROW(eval_batch(both, two), Error);
+  b.give_token(3);
+  b.step_logits();
+  EXPECT_EQ(a.n_past(), 0);  // nothing refused moved a session
+  EXPECT_EQ(eval_batch(both, two).size(), 2 * static_cast<size_t>(engine_->n_vocab()));
+  EXPECT_EQ(a.n_past(), 1);
+  EXPECT_EQ(b.n_past(), 2);
+}
+
 // Given steps whose logits nobody read (a server sequence that ended or was cancelled) are left
 // behind by eval: the timeline goes on from them, and later queued steps return their own logits.
 TEST_P(Consistency, EvalAfterUnreadStepsContinuesTheTimeline) {

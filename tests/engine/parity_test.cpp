@@ -181,6 +181,43 @@ TEST_P(Parity, QueuedGreedyContinuation) {
   }
 }
 
+// Every prompt's greedy continuation decoded side by side, one batched step for all of them a token
+// (eval_batch, as the server decodes several replies): each sequence at its own position, the
+// same ids as the reference and logits within its tolerance. One prompt runs twice (two sessions).
+TEST_P(Parity, BatchedGreedyContinuation) {
+  std::vector<std::string> prompts = ref_->prompts();
+  prompts.push_back(prompts.front());
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<Session*> batch;
+  std::vector<std::vector<float>> logits;
+  for (const std::string& p : prompts) {
+    sessions.push_back(std::make_unique<Session>(engine_));
+    batch.push_back(sessions.back().get());
+    logits.push_back(sessions.back()->eval(ref_->ints(p + ".tokens"), {.all_logits = false}));
+  }
+  const size_t steps = ref_->ints(prompts.front() + ".greedy").size();
+  std::vector<std::vector<int32_t>> got(prompts.size());
+  std::vector<std::vector<float>> got_logits(prompts.size());
+  for (size_t step = 0; step < steps; ++step) {
+    std::vector<int32_t> next;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      got_logits[i].insert(got_logits[i].end(), logits[i].begin(), logits[i].end());
+      got[i].push_back(argmax(logits[i]));
+      next.push_back(got[i].back());
+    }
+    const std::vector<float> all = eval_batch(batch, next);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      logits[i].assign(all.begin() + static_cast<std::ptrdiff_t>(i * V_), all.begin() + static_cast<std::ptrdiff_t>((i + 1) * V_));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string& p = prompts[i];
+    auto want = ref_->ints(p + ".greedy");
+    ASSERT_EQ(want.size(), steps) << p;
+    EXPECT_EQ(got[i], want) << backend_ << " " << fixture_ << " " << p << " (batch row " << i << ")";
+    report(p, "batched", compare_logits(got_logits[i], ref_->floats(p + ".greedy_logits"), V_));
+  }
+}
+
 // The indexer's selection, row by row, against the reference's attention masks. A layer with no
 // selection traced took every row as dense (its whole causal prefix, the model's rule for short
 // caches): then the reference's masks must be causal.
