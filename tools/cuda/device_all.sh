@@ -19,11 +19,12 @@ if [ -f .llama-src/llama.cpp.tar.gz ]; then
   llama_pid=$!
 fi
 # SKIP_CTEST=1: build only (a speed-only run). STREAM=1: every bench also on the stream's launches.
+# BATCH (e.g. 2,4,8): depth 0 also decodes that many sequences at once (bench --batch).
 # PROFILE=1: then tools/cuda/device_profile.sh.
 BUILD_ONLY=${SKIP_CTEST:-0} tools/cuda/device_check.sh /tmp/b >"$out/check.txt" 2>&1
 echo "regolith built (and ctest -L cuda unless SKIP_CTEST=1) at $(since)"
 tail -45 "$out/check.txt"
-RECIPE=q4k STREAM=${STREAM:-0} DEPTHS="${DEPTHS:-0 1024 32768}" DEEP_REPS=1 tools/cuda/device_bench.sh /tmp/b >"$out/bench_run.txt" 2>&1
+RECIPE=q4k BATCH=${BATCH:-} STREAM=${STREAM:-0} DEPTHS="${DEPTHS:-0 1024 32768}" DEEP_REPS=1 tools/cuda/device_bench.sh /tmp/b >"$out/bench_run.txt" 2>&1
 echo "regolith bench done at $(since)"
 grep -E "^\||###|mkmodel" "$out/bench_run.txt"
 if [ "${PROFILE:-0}" = 1 ]; then

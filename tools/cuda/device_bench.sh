@@ -6,7 +6,8 @@
 # and runs `regolith bench` on the CUDA backend at the depths in DEPTHS (default "0 8192"; depth 0
 # measures prefill at PREFILL, default "2048,8192", the others decode), with the step graphs (the
 # default) and, with STREAM=1, also on the stream's launches (REGOLITH_CUDA_GRAPHS=0). Each run has
-# a time limit, so a slow one still leaves
+# a time limit, so a slow one still leaves (BATCH, e.g. "2,4,8": depth 0 also decodes that many
+# sequences at once, `bench --batch`)
 # the table so far. Output also goes to $OUT/bench.txt.
 #   tools/cuda/device_bench.sh [BUILD_DIR]
 source "$(dirname "$0")/run_env.sh"
@@ -28,7 +29,7 @@ ls -l "$model"
 echo "mkmodel: $(($(date +%s) - t0)) s"
 bench() {  # depth, graphs (1: the default, 0: the stream)
   local args=(-m "$model" --backend cuda -d "$1")
-  if [ "$1" = 0 ]; then args+=(-p "${PREFILL:-2048,8192}" -n 128 -r 3); else args+=(-p 512 -n 128 -r "${DEEP_REPS:-2}" --fill-chunk 4096); fi
+  if [ "$1" = 0 ]; then args+=(-p "${PREFILL:-2048,8192}" -n 128 -r 3 ${BATCH:+--batch "$BATCH"}); else args+=(-p 512 -n 128 -r "${DEEP_REPS:-2}" --fill-chunk 4096); fi
   echo "### depth $1, REGOLITH_CUDA_GRAPHS=$2" | tee -a "$out/bench.txt"
   REGOLITH_CUDA_GRAPHS=$2 timeout "${BENCH_LIMIT:-180}" "$build/regolith" bench "${args[@]}" | tee -a "$out/bench.txt"
   echo "bench depth $1 graphs $2 done at $(($(date +%s) - t0)) s"
