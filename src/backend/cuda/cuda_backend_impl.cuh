@@ -76,7 +76,8 @@ class CudaBackend final : public Backend {
   void get_rows(const Weight& table, std::span<const int64_t> ids, Tensor& out) override;
   void get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) override;
   // cuda_queued.cu: queued steps' inputs (mapped host memory) and their logits' reads. No
-  // mailboxes with REGOLITH_CUDA_QUEUED=0 (a queued step then runs when its token is given).
+  // mailboxes without step graphs or with REGOLITH_CUDA_QUEUED=0 (a queued step then runs when its
+  // token is given).
   std::unique_ptr<PendingRead> read_later(const Tensor& src) override;
   std::unique_ptr<HostMailbox> mailbox(size_t bytes) override;
   void receive(HostMailbox& from, size_t offset, Tensor& dst) override;

@@ -101,8 +101,12 @@ bool CudaBackend::awaits_release() const {
   return std::any_of(mailboxes_.begin(), mailboxes_.end(), [](const CudaMailbox* m) { return m->awaits_release(); });
 }
 
+// Only with step graphs: on the stream a queued step's receive kernel would start waiting as soon
+// as it is issued, while the host still issues the rest of the step, and a host call there that
+// waits for the device (a first use's allocation or upload) would wait forever. On an H200,
+// `regolith run` with REGOLITH_CUDA_GRAPHS=0 hung so. A step graph goes out once it is recorded.
 std::unique_ptr<HostMailbox> CudaBackend::mailbox(size_t bytes) {
-  if (!queued_steps_) return nullptr;
+  if (!queued_steps_ || !recorder_) return nullptr;
   auto m = std::make_unique<CudaMailbox>(*this, bytes);
   const size_t wanted = (mailboxes_.size() + 1) / 2 * 3;
   if (read_slots_.size() < wanted) add_read_slots(wanted - read_slots_.size());
