@@ -77,6 +77,26 @@ TEST_P(BasicOps, ElementwiseAndStreams) {
   expect_close(be->read_f32(wide), rep, 0, "repeat_streams");
 }
 
+// A slice of the outermost dimension is a view (the batched forward pass runs a sequence's ops on
+// its columns): an op into columns 1..2 of a [12, 4] tensor changes those and nothing else.
+TEST_P(BasicOps, SlicesAreViewsOfTheirColumns) {
+  int64_t n = 12, T = 4;
+  auto a = random_values(n * T, 7);
+  Tensor whole = upload(*be, a, {n, T, 1, 1});
+  Tensor cols = whole.slice(1, 1, 2);
+  EXPECT_EQ(cols.ne(), (std::array<int64_t, 4>{n, 2, 1, 1}));
+  be->add(cols, cols, cols);
+  std::vector<double> want(a.begin(), a.end());
+  for (int64_t i = n; i < 3 * n; ++i) want[i] *= 2;
+  expect_close(be->read_f32(whole), want, 0, "add into a slice");
+  Tensor heads = be->alloc_f32(n, 3).reshaped({4, 3, 3, 1});
+  EXPECT_EQ(heads.slice(2, 2, 1).ne(), (std::array<int64_t, 4>{4, 3, 1, 1}));
+  EXPECT_THROW(heads.slice(1, 0, 1), Error);  // not the outermost dimension
+  EXPECT_THROW(whole.slice(1, 3, 2), Error);  // past the end
+  EXPECT_THROW(whole.slice(1, -1, 1), Error);
+  EXPECT_THROW(whole.slice(4, 0, 1), Error);
+}
+
 TEST_P(BasicOps, RmsNormPerHeadAndGrouped) {
   int64_t hd = 24, nh = 3, T = 5;
   auto x = random_values(hd * nh * T, 7, 3.0f);
