@@ -51,13 +51,15 @@ std::vector<int64_t> ple_rows(const Qwen4ExpHparams& hp, const PleHashConstants&
   return rows;
 }
 
-// One sequence's tokens in a forward pass: columns first .. first + tokens − 1 of every activation,
-// at positions st->n_past onwards.
+// One sequence's n tokens in a forward pass, at positions st->n_past onwards. Forward places the
+// parts side by side: part p is columns first .. first + n − 1 of every activation.
 struct SeqPart {
-  Qwen4ExpState* st = nullptr;
+  SeqPart(Qwen4ExpState* st, std::span<const int32_t> tokens, int64_t n) : st(st), tokens(tokens), n(n) {}
+  Qwen4ExpState* st;
   std::span<const int32_t> tokens;  // empty for a queued step (its id is in the mailbox)
-  int64_t first = 0, n = 0;
-  std::vector<int64_t> positions;
+  int64_t n;
+  int64_t first = 0;               // set by Forward
+  std::vector<int64_t> positions;  // set by Forward
 };
 
 class Forward {
@@ -68,7 +70,7 @@ class Forward {
       : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), parts_(std::move(parts)),
         inputs_(inputs), trace_(trace) {
     for (SeqPart& p : parts_) {
-      if (p.first != T_) fail("forward: sequence parts out of order");
+      p.first = T_;
       for (int64_t t = 0; t < p.n; ++t) p.positions.push_back(p.st->n_past + t);
       T_ += p.n;
     }
@@ -258,14 +260,15 @@ class Forward {
     // The indexer's queries are normed and rotated too, and its raw keys cached.
     auto [q_proj, k_proj, v, iq_proj, ik] = mul_mats<5>({&w.q, &w.k, &w.v, &w.index_q, &w.index_k}, a);
     Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_), k = f32(hd, nkv, T_), o = f32(hd * nh, T_);
+    const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
+    const int64_t ratio = hp_.compress_ratios[il], top_blocks = hp_.indexer_top_k / ratio;
     for (const SeqPart& p : parts_) {
       const Tensor qg = of(q_proj, p).reshaped({2 * hd, nh, p.n, 1});
       const Tensor k_proj_p = of(k_proj, p), v_p = of(v, p), iq_proj_p = of(iq_proj, p), ik_p = of(ik, p);
       Tensor q_p = of(q, p), gate_p = of(gate, p), k_p = of(k, p), o_p = of(o, p);
       Tensor iq = f32(di, hp_.indexer_n_head, p.n);
       Qwen4ExpLayerState& ls = p.st->layers[il];
-      const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
-      const int64_t ratio = hp_.compress_ratios[il], n0 = p.st->n_past, n_end = n0 + p.n;
+      const int64_t n0 = p.st->n_past, n_end = n0 + p.n;
       be_.qsa_prepare({.qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p,
                        .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions,
                        .n_rot = hp_.n_rot, .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p,
@@ -278,7 +281,6 @@ class Forward {
                       .theta = theta, .eps = eps});
         ls.n_pooled = nb;
       }
-      int64_t top_blocks = hp_.indexer_top_k / ratio;
       // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
       // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
       // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
@@ -407,8 +409,7 @@ Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const
   for (int32_t t : tokens) check_token(hp_, t);
   reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()));
   const auto n = static_cast<int64_t>(tokens.size());
-  return Forward(*this, ple_hash_, be, {{.st = &state, .tokens = tokens, .first = 0, .n = n}}, nullptr, trace)
-      .run(rows);
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, tokens, n)}, nullptr, trace).run(rows);
 }
 
 Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const> states,
@@ -422,7 +423,7 @@ Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const>
       fail("forward_batch: a sequence appears twice");
     check_token(hp_, tokens[i]);
     reserve(be, hp_, *states[i], states[i]->n_past + 1);
-    parts.push_back({.st = states[i], .tokens = tokens.subspan(i, 1), .first = static_cast<int64_t>(i), .n = 1});
+    parts.emplace_back(states[i], tokens.subspan(i, 1), 1);
   }
   return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All);
 }
@@ -435,7 +436,7 @@ Tensor Qwen4ExpModel::forward_queued(Backend& be, Qwen4ExpState& state, HostMail
                                      const TraceFn& trace) const {
   if (inputs.bytes().size() < queued_inputs_bytes()) fail("forward_queued: a mailbox of ", inputs.bytes().size(), " bytes");
   reserve(be, hp_, state, state.n_past + 1);
-  return Forward(*this, ple_hash_, be, {{.st = &state, .first = 0, .n = 1}}, &inputs, trace).run(LogitRows::Last);
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, {}, 1)}, &inputs, trace).run(LogitRows::Last);
 }
 
 void Qwen4ExpModel::give_queued_token(Qwen4ExpState& state, HostMailbox& inputs, int32_t token) const {
