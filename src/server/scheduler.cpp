@@ -19,6 +19,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+int64_t ns_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
 // How many tokens of `prompt` a session's timeline already holds: all of them or nothing (a
 // recurrent state cannot be cut back), and never the whole prompt (its logits are not kept).
 int64_t reusable_prefix(const std::vector<int32_t>& timeline, const std::vector<int32_t>& prompt) {
@@ -403,7 +407,7 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
       switch (seq.phase) {
         case Sequence::Phase::prefill: {
           std::vector<float> logits = session.eval(e.tokens, {.chunk = 0, .all_logits = false});
-          metrics_.prefill_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+          metrics_.prefill_ns += ns_since(t0);
           metrics_.prefilled_tokens += static_cast<int64_t>(e.tokens.size());
           seq.pos += static_cast<int64_t>(e.tokens.size());
           after_prefill(seq, logits);
@@ -414,7 +418,7 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
           // token waits for a batched pass.
           if (!batched_ && (seq.n_generated + 1 < seq.task->task.max_tokens || commits(seq))) session.queue_step();
           next_token(seq, session.step_logits());
-          metrics_.decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+          metrics_.decode_ns += ns_since(t0);
           break;
         }
         case Sequence::Phase::commit: {
@@ -448,7 +452,7 @@ void Scheduler::step_together(const std::vector<Sequence*>& seqs) {
       if (!seq->done) fail_sequence(*seq, ex.what());
     return;
   }
-  metrics_.decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  metrics_.decode_ns += ns_since(t0);
   if (seqs.size() > 1) ++metrics_.batched_steps, metrics_.batched_tokens += static_cast<int64_t>(seqs.size());
   const auto V = static_cast<size_t>(engine_->n_vocab());
   for (size_t i = 0; i < seqs.size(); ++i) {
