@@ -13,7 +13,11 @@
 // after the last: no real decoding works that way (a step's token comes from the last one's
 // logits), but the difference between the rows is what the wait between steps costs. With --batch,
 // rows "tgN xB" decode B sequences at the depth together, one eval_batch pass a token each (as the
-// server decodes several replies): t/s counts the tokens of all B.
+// server decodes several replies): t/s counts the tokens of all B. With --draft K, rows
+// "tgN draft K" decode speculatively (spec/speculative.h) with K drafts a round — the MTP head's
+// when the model has one, else the next K random ids — and a forced choice that keeps every draft
+// ("all kept") or none ("none kept"): the bounds of what verification costs, whatever the drafts'
+// quality; t/s counts the tokens emitted.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +33,7 @@
 #include "cli/token_list.h"
 #include "core/error.h"
 #include "runtime/session.h"
+#include "spec/speculative.h"
 
 namespace regolith::cli {
 namespace {
@@ -36,7 +41,7 @@ namespace {
 struct BenchArgs {
   std::string model, prompts = "512", depths = "0", batches;
   BackendOptions backend;
-  int64_t n_gen = 128, reps = 5, fill_chunk = 2048;
+  int64_t n_gen = 128, reps = 5, fill_chunk = 2048, draft = 0;
   bool serial = false, queued = false;
   uint32_t seed = 1;
 };
@@ -77,6 +82,55 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, std::mt19937& rng
   std::vector<int32_t> out(n);
   for (int32_t& t : out) t = static_cast<int32_t>(rng() % n_vocab);
   return out;
+}
+
+// The --draft rows at one depth (at least one token: a draft follows an evaluated token).
+void speculative_rows(const BenchArgs& a, const std::shared_ptr<Engine>& engine, int32_t depth, std::mt19937& rng) {
+  const int64_t V = engine->n_vocab();
+  const bool mtp = engine->model().has_mtp();
+  Session s(engine);
+  if (mtp) s.enable_mtp();
+  s.eval(random_tokens(std::max(depth, 1), V, rng), {.chunk = a.fill_chunk, .all_logits = false});
+  const SessionSnapshot start = s.snapshot();
+  for (bool keep_all : {true, false}) {
+    std::vector<double> rates;
+    SpeculativeStats last;
+    for (int64_t r = 0; r < a.reps + 1; ++r) {
+      s.restore(start);
+      const std::vector<int32_t> ids = random_tokens(a.n_gen + a.draft + 1, V, rng);
+      int64_t emitted = 0;
+      std::vector<int32_t> drafts;
+      size_t chosen = 0;  // choices made in this round
+      const Drafter drafter = [&](int32_t next, int64_t k) {
+        const auto from = ids.begin() + emitted + 1;
+        drafts = mtp ? s.draft_mtp(next, k) : std::vector<int32_t>(from, from + k);
+        chosen = 0;
+        return drafts;
+      };
+      // Keeps each draft, or refuses the first; past the drafts, the next random id.
+      const ChooseToken choose = [&](std::span<const float>) {
+        const size_t j = chosen++;
+        if (j >= drafts.size()) return ids[static_cast<size_t>(emitted) + j + 1];
+        return keep_all ? drafts[j] : static_cast<int32_t>((drafts[j] + 1) % V);
+      };
+      Speculator spec(s, drafter, a.draft);
+      int32_t next = ids[0];
+      auto t0 = Clock::now();
+      while (emitted < a.n_gen) {
+        const std::vector<int32_t> out = spec.round(next, choose, a.n_gen - emitted);
+        emitted += static_cast<int64_t>(out.size());
+        next = out.back();
+      }
+      if (r > 0) rates.push_back(static_cast<double>(a.n_gen) / seconds_since(t0));
+      last = spec.stats();
+    }
+    Stats st = stats(rates);
+    std::printf("| tg%lld draft %lld %s %s | %d | %.1f ± %.1f | %.3f | | | |\n", (long long)a.n_gen, (long long)a.draft,
+                mtp ? "mtp" : "ids", keep_all ? "all kept" : "none kept", depth, st.median, st.stddev, 1e3 / st.median);
+    std::fprintf(stderr, "  (%lld rounds, %lld drafts, %lld kept)\n", (long long)last.rounds, (long long)last.drafted,
+                 (long long)last.accepted);
+    std::fflush(stdout);
+  }
 }
 
 void run_bench(const BenchArgs& a) {
@@ -163,6 +217,7 @@ void run_bench(const BenchArgs& a) {
       if (a.serial) decode(Steps::serial);
       if (a.queued) decode(Steps::queued);
     }
+    if (a.draft > 0 && a.n_gen > 0) speculative_rows(a, engine, depth, rng);
     for (int32_t B : batches) {
       if (B < 2 || a.n_gen <= 0) continue;
       std::vector<std::unique_ptr<Session>> owned;
@@ -201,6 +256,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--batch", a.batches,
                   "Also time decode of this many sequences at once, one forward pass a token each "
                   "(comma-separated, e.g. 2,4,8)");
+  cmd->add_option("--draft", a.draft,
+                  "Also time speculative decode with this many drafts a round, every draft kept and none kept "
+                  "(the MTP head drafts when the model has one)");
   cmd->add_flag("--serial", a.serial,
                 "Also time decode with each step issued only after the last one's logits are read (no step "
                 "issued ahead)");

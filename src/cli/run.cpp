@@ -18,6 +18,7 @@
 #include "runtime/session.h"
 #include "sample/sampler.h"
 #include "server/json_schema.h"
+#include "spec/speculative.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -26,9 +27,9 @@ namespace regolith::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system, tokens, json_schema;
+  std::string model, prompt, system, tokens, json_schema, draft_from = "mtp";
   BackendOptions backend;
-  int64_t n_predict = 64, chunk = 0;
+  int64_t n_predict = 64, chunk = 0, draft = 0;
   bool chat = false, ids = false, ignore_eos = false, no_think = false, json = false;
   SamplerParams sampling;
 };
@@ -83,45 +84,75 @@ void run_run(const RunArgs& a) {
   server::JsonReplyConstraint json =
       json_vocabulary ? server::JsonReplyConstraint(*json_vocabulary, schema.get()) : server::JsonReplyConstraint();
 
+  if (a.draft < 0) fail("--draft ", a.draft, ": give a number of drafts a round, or 0 for none");
+  if (a.draft > 0 && json.active()) fail("--draft decodes without --json or --json-schema");
+
   Session session(engine);
   Sampler sampler(a.sampling);
+  std::optional<Speculator> speculator;
+  if (a.draft > 0) {
+    if (a.draft_from != "mtp" && a.draft_from != "lookup") fail("--draft-from ", a.draft_from, ": mtp or lookup");
+    speculator.emplace(session, a.draft_from == "mtp" ? mtp_drafter(session) : lookup_drafter(session), a.draft);
+  }
   StreamingDetokenizer detok(tok, /*skip_special=*/true);
   auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> prompt_logits = session.eval(prompt, {.chunk = a.chunk, .all_logits = false});
   double prefill_s = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
-  std::span<const float> logits = prompt_logits;
-  // Each step is issued while the device still runs the one before (Session::queue_step).
-  if (a.n_predict > 1) session.queue_step();
   int64_t generated = 0;
-  std::vector<float> masked;
-  for (; generated < a.n_predict; ++generated) {
-    if (json.active()) {
-      masked.assign(logits.begin(), logits.end());
-      json.mask(masked);
-      logits = masked;
-    }
-    int32_t next = sampler.sample(logits);
-    if (json.active()) json.accept(next, tok.token_bytes(next));
-    if (!a.ignore_eos && tok.is_end_of_generation(next)) break;
+  // Prints a generated token; false once generation ends at it.
+  auto emit = [&](int32_t next) {
+    if (!a.ignore_eos && tok.is_end_of_generation(next)) return false;
     if (a.ids)
       std::printf(generated ? " %d" : "%d", next);
     else
       std::fputs(detok.push(next).c_str(), stdout);
     std::fflush(stdout);
-    if (generated + 1 < a.n_predict) {
-      session.give_token(next);
-      if (generated + 2 < a.n_predict) session.queue_step();
-      logits = session.step_logits();
+    ++generated;
+    return true;
+  };
+  if (speculator) {
+    const ChooseToken choose = [&](std::span<const float> l) { return sampler.sample(l); };
+    int32_t next = choose(prompt_logits);
+    bool going = a.n_predict > 0 && emit(next);
+    while (going && generated < a.n_predict)
+      for (int32_t t : speculator->round(next, choose, a.n_predict - generated))
+        if (!(going = emit(next = t))) break;
+  } else {
+    std::span<const float> logits = prompt_logits;
+    // Each step is issued while the device still runs the one before (Session::queue_step).
+    if (a.n_predict > 1) session.queue_step();
+    std::vector<float> masked;
+    while (generated < a.n_predict) {
+      if (json.active()) {
+        masked.assign(logits.begin(), logits.end());
+        json.mask(masked);
+        logits = masked;
+      }
+      int32_t next = sampler.sample(logits);
+      if (json.active()) json.accept(next, tok.token_bytes(next));
+      if (!emit(next)) break;
+      if (generated < a.n_predict) {
+        session.give_token(next);
+        if (generated + 1 < a.n_predict) session.queue_step();
+        logits = session.step_logits();
+      }
     }
   }
   if (!a.ids) std::fputs(detok.finish().c_str(), stdout);
   std::printf("\n");
   std::fflush(stdout);  // the text before the timings, also when both go to one pipe
   double decode_s = seconds_since(t1);
-  std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)\n",
+  std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %lld tokens in %.3f s (%.1f tok/s)",
                prompt.size(), prefill_s, prompt.size() / prefill_s, (long long)generated, decode_s,
                generated ? generated / decode_s : 0.0);
+  if (speculator) {
+    const SpeculativeStats& st = speculator->stats();
+    std::fprintf(stderr, "; %s drafts accepted %lld of %lld (%.1f%%) in %lld rounds", a.draft_from.c_str(),
+                 (long long)st.accepted,
+                 (long long)st.drafted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, (long long)st.rounds);
+  }
+  std::fprintf(stderr, "\n");
 }
 
 }  // namespace
@@ -144,6 +175,11 @@ void add_run(CLI::App& app) {
   cmd->add_option("--min-p", a.sampling.min_p, "Min-p filter (0: off)")->capture_default_str();
   cmd->add_option("--seed", a.sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prompt tokens per forward call (0: all at once)")->capture_default_str();
+  cmd->add_option("--draft", a.draft,
+                  "Speculative decoding: tokens drafted a round, verified in one pass (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--draft-from", a.draft_from, "Draft source: mtp (the model's MTP head) or lookup (earlier text)")
+      ->capture_default_str();
   cmd->add_flag("--json", a.json, "The reply is one JSON object (the server's response_format json_object)");
   cmd->add_option("--json-schema", a.json_schema, "The reply is a value of the JSON Schema in this file (json_schema)")
       ->check(CLI::ExistingFile);

@@ -51,8 +51,9 @@ std::vector<int64_t> ple_rows(const Qwen4ExpHparams& hp, const PleHashConstants&
   return rows;
 }
 
-// One sequence's n tokens in a forward pass, at positions st->n_past onwards. Forward places the
-// parts side by side: part p is columns first .. first + n − 1 of every activation.
+// One sequence's n tokens in a forward pass, at positions st->n_past onwards (st->mtp_n_past for
+// the MTP block's cells). Forward places the parts side by side: part p is columns
+// first .. first + n − 1 of every activation.
 struct SeqPart {
   SeqPart(Qwen4ExpState* st, std::span<const int32_t> tokens, int64_t n) : st(st), tokens(tokens), n(n) {}
   Qwen4ExpState* st;
@@ -62,21 +63,24 @@ struct SeqPart {
   std::vector<int64_t> positions;  // set by Forward
 };
 
+// Which layers a pass runs: the trunk's, or the MTP block's on its own cells and cache.
+enum class Pass { Trunk, Mtp };
+
 class Forward {
  public:
   // inputs set: one part of one token whose id and n-gram rows come from that mailbox (forward_queued).
   Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, std::vector<SeqPart> parts,
-          HostMailbox* inputs, const TraceFn& trace)
+          HostMailbox* inputs, const TraceFn& trace, Pass pass = Pass::Trunk)
       : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), parts_(std::move(parts)),
-        inputs_(inputs), trace_(trace) {
+        inputs_(inputs), trace_(trace), pass_(pass) {
     for (SeqPart& p : parts_) {
       p.first = T_;
-      for (int64_t t = 0; t < p.n; ++t) p.positions.push_back(p.st->n_past + t);
+      for (int64_t t = 0; t < p.n; ++t) p.positions.push_back(next_position(*p.st) + t);
       T_ += p.n;
     }
   }
 
-  Tensor run(LogitRows rows) {
+  Tensor run(LogitRows rows, Tensor* wide) {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
     Tensor x = f32(H, T_);
     if (inputs_) {
@@ -94,18 +98,14 @@ class Forward {
     // A sublayer's output is written into R by the next hc_read (hc_write_read), or before
     // anything else reads R.
     PendingWrite pending;
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const LayerWeights& L = w_.layers[il];
-      if (L.has_ple) {
-        write_pending(R, pending);
-        ple(il, L.ple, R);
-      }
-      Hc attn = hc_read(L.hc_attn, R, pending, il, "hc_attn");
-      Tensor y = L.recurrent ? gdn(il, L.gdn, attn.x) : qsa(il, L.qsa, attn.x);
-      pending = {y, attn.inject_w, "resid_attn", il};
-      Hc ffn = hc_read(L.hc_ffn, R, pending, il, "hc_ffn");
-      y = moe(il, L.moe, ffn.x);
-      pending = {y, ffn.inject_w, "resid_ffn", il};
+    for (int64_t il = 0; il < hp_.n_layer; ++il) layer(il, w_.layers[il], R, pending);
+    if (wide || rows == LogitRows::None) {
+      write_pending(R, pending);
+      if (wide) *wide = R;
+    }
+    if (rows == LogitRows::None) {
+      for (SeqPart& p : parts_) p.st->n_past += p.n;
+      return {};
     }
     const auto n_parts = static_cast<int64_t>(parts_.size());
     if (rows == LogitRows::Last && T_ > n_parts) {  // each sequence's last token
@@ -124,6 +124,39 @@ class Forward {
     return logits;
   }
 
+  // The MTP block on one sequence's cells (model-spec §4.10): each stream of the block's input is
+  // proj_embd·enorm(embedding of the next token) + proj_stream·(that stream of hnorm(wide)), the
+  // norm of the wide residual taken over all W values (SGLang and vLLM; llama.cpp norms each
+  // stream). Then the block's layer, and for the last cell its mixer and the shared LM head.
+  Tensor run_mtp(const Tensor& wide, bool logits, Tensor* wide_out) {
+    const MtpWeights& m = *w_.mtp;
+    const int64_t H = hp_.n_embd, S = hp_.hc_count, W = H * S;
+    const SeqPart& part = parts_.front();
+    Tensor x = f32(H, T_);
+    be_.get_rows(w_.token_embd, std::vector<int64_t>(part.tokens.begin(), part.tokens.end()), x);
+    Tensor embd = mul_mat(m.proj_embd, rms_norm(x, m.enorm, H));
+    Tensor streams = mul_mat(m.proj_stream, rms_norm(wide, m.hnorm, W).reshaped({H, S * T_, 1, 1}));
+    Tensor embd_streams = f32(W, T_), R = f32(W, T_);
+    be_.repeat_streams(embd, S, embd_streams);
+    be_.add(streams.reshaped({W, T_, 1, 1}), embd_streams, R);
+    trace("mtp.input", hp_.n_layer, R);
+    PendingWrite pending;
+    layer(hp_.n_layer, m.layer, R, pending);
+    write_pending(R, pending);
+    part.st->mtp_n_past += T_;
+    Tensor last = R;
+    if (T_ > 1) {
+      last = f32(W, 1);
+      be_.copy(R, (T_ - 1) * W, last, 0, W);
+    }
+    if (wide_out) *wide_out = last;
+    if (!logits) return {};
+    Tensor h = hc_read(m.head_hc, last, pending, -1, "mtp.head_hc").x;
+    Tensor draft = mul_mat(w_.output, h);
+    trace("mtp.logits", -1, draft);
+    return draft;
+  }
+
  private:
   struct Hc {
     Tensor x, inject_w;
@@ -132,6 +165,11 @@ class Forward {
   void trace(std::string_view name, int64_t il, const Tensor& t) const {
     if (trace_) trace_(name, il, t);
   }
+  int64_t next_position(const Qwen4ExpState& st) const { return pass_ == Pass::Mtp ? st.mtp_n_past : st.n_past; }
+  Qwen4ExpLayerState& layer_state(const SeqPart& p, int64_t il) const {
+    return il < hp_.n_layer ? p.st->layers[il] : p.st->mtp;
+  }
+
   // Part p's columns of an activation whose tokens are its outermost dimension.
   Tensor of(const Tensor& t, const SeqPart& p) const {
     if (parts_.size() == 1) return t;
@@ -176,6 +214,21 @@ class Forward {
     be_.hc_write(R, p.y, p.inject_w);
     trace(p.name, p.il, R);
     p = {};
+  }
+
+  // One decoder layer: [PLE] → HC read → GDN or QSA → HC write → HC read → MoE → HC write (the last
+  // write left pending for the next read).
+  void layer(int64_t il, const LayerWeights& L, Tensor& R, PendingWrite& pending) {
+    if (L.has_ple) {
+      write_pending(R, pending);
+      ple(il, L.ple, R);
+    }
+    Hc attn = hc_read(L.hc_attn, R, pending, il, "hc_attn");
+    Tensor y = L.recurrent ? gdn(il, L.gdn, attn.x) : qsa(il, L.qsa, attn.x);
+    pending = {y, attn.inject_w, "resid_attn", il};
+    Hc ffn = hc_read(L.hc_ffn, R, pending, il, "hc_ffn");
+    y = moe(il, L.moe, ffn.x);
+    pending = {y, ffn.inject_w, "resid_ffn", il};
   }
 
   // The read of R, with the pending write (if any) applied first.
@@ -261,20 +314,21 @@ class Forward {
     auto [q_proj, k_proj, v, iq_proj, ik] = mul_mats<5>({&w.q, &w.k, &w.v, &w.index_q, &w.index_k}, a);
     Tensor q = f32(hd, nh, T_), gate = f32(hd, nh, T_), k = f32(hd, nkv, T_), o = f32(hd * nh, T_);
     const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
-    const int64_t ratio = hp_.compress_ratios[il], top_blocks = hp_.indexer_top_k / ratio;
+    // Ratio 0 (the MTP block): no blocks, every row attends to its whole causal prefix.
+    const int64_t ratio = hp_.compress_ratios[il], top_blocks = ratio ? hp_.indexer_top_k / ratio : 0;
     for (const SeqPart& p : parts_) {
       const Tensor qg = of(q_proj, p).reshaped({2 * hd, nh, p.n, 1});
       const Tensor k_proj_p = of(k_proj, p), v_p = of(v, p), iq_proj_p = of(iq_proj, p), ik_p = of(ik, p);
       Tensor q_p = of(q, p), gate_p = of(gate, p), k_p = of(k, p), o_p = of(o, p);
       Tensor iq = f32(di, hp_.indexer_n_head, p.n);
-      Qwen4ExpLayerState& ls = p.st->layers[il];
-      const int64_t n0 = p.st->n_past, n_end = n0 + p.n;
+      Qwen4ExpLayerState& ls = layer_state(p, il);
+      const int64_t n0 = p.positions.front(), n_end = n0 + p.n;
       be_.qsa_prepare({.qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p,
                        .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions,
                        .n_rot = hp_.n_rot, .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p,
                        .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0});
       // Blocks completed by this chunk are pooled.
-      int64_t nb = n_end / ratio;
+      int64_t nb = ratio ? n_end / ratio : 0;
       if (nb > ls.n_pooled) {
         be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
                       .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot,
@@ -285,7 +339,7 @@ class Forward {
       // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
       // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
       // indexer has nothing to choose: no selection is made, and attention is causal.
-      const int64_t dense_rows = std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, p.n);
+      const int64_t dense_rows = ratio ? std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, p.n) : p.n;
       Tensor sel, n_sel;
       if (dense_rows < p.n) {
         int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
@@ -326,27 +380,30 @@ class Forward {
   std::vector<SeqPart> parts_;
   HostMailbox* inputs_;
   const TraceFn& trace_;
+  Pass pass_;
   int64_t T_ = 0;
 };
 
-// Grows the token-indexed caches (QSA K/V, raw and pooled indexer keys) to hold n tokens.
-void reserve(Backend& be, const Qwen4ExpHparams& hp, Qwen4ExpState& st, int64_t n) {
+// Grows the token-indexed caches (QSA K/V, raw and pooled indexer keys; the MTP layer's when
+// `mtp`) to hold n tokens.
+void reserve(Backend& be, const Qwen4ExpHparams& hp, Qwen4ExpState& st, int64_t n, bool mtp) {
   if (n <= st.capacity) return;
   int64_t cap = std::max({n, 2 * st.capacity, kInitialCapacity});
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    if (hp.is_recurrent[il]) continue;
-    Qwen4ExpLayerState& ls = st.layers[il];
-    auto grow = [&](Tensor& t, std::array<int64_t, 4> ne, int64_t used) {
+  auto grow_layer = [&](Qwen4ExpLayerState& ls, int64_t ratio, int64_t used) {
+    auto grow = [&](Tensor& t, std::array<int64_t, 4> ne, int64_t used_values) {
       Tensor bigger = be.alloc(DType::F32, ne);
-      if (!t.empty() && used > 0) be.copy(t, 0, bigger, 0, used);
+      if (!t.empty() && used_values > 0) be.copy(t, 0, bigger, 0, used_values);
       t = bigger;
     };
-    int64_t hd = hp.head_dim, nkv = hp.n_head_kv, di = hp.indexer_head_dim, ratio = hp.compress_ratios[il];
-    grow(ls.k, {hd, nkv, cap, 1}, st.n_past * hd * nkv);
-    grow(ls.v, {hd, nkv, cap, 1}, st.n_past * hd * nkv);
-    grow(ls.index_keys, {di, cap, 1, 1}, st.n_past * di);
-    grow(ls.pooled, {di, cap / ratio + 1, 1, 1}, ls.n_pooled * di);
-  }
+    int64_t hd = hp.head_dim, nkv = hp.n_head_kv, di = hp.indexer_head_dim;
+    grow(ls.k, {hd, nkv, cap, 1}, used * hd * nkv);
+    grow(ls.v, {hd, nkv, cap, 1}, used * hd * nkv);
+    grow(ls.index_keys, {di, cap, 1, 1}, used * di);
+    if (ratio) grow(ls.pooled, {di, cap / ratio + 1, 1, 1}, ls.n_pooled * di);
+  };
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    if (!hp.is_recurrent[il]) grow_layer(st.layers[il], hp.compress_ratios[il], st.n_past);
+  if (mtp) grow_layer(st.mtp, 0, st.mtp_n_past);
   st.capacity = cap;
 }
 
@@ -369,7 +426,54 @@ Qwen4ExpState Qwen4ExpState::clone(Backend& be) const {
     out.layers.push_back({clone_tensor(be, ls.conv), clone_tensor(be, ls.ssm), clone_tensor(be, ls.k),
                           clone_tensor(be, ls.v), clone_tensor(be, ls.index_keys), clone_tensor(be, ls.pooled),
                           ls.n_pooled});
+  const Qwen4ExpLayerState& m = mtp;
+  out.mtp = {{}, {}, clone_tensor(be, m.k), clone_tensor(be, m.v), clone_tensor(be, m.index_keys), {}, 0};
+  out.mtp_n_past = mtp_n_past;
+  out.mtp_waiting = clone_tensor(be, mtp_waiting);
   return out;
+}
+
+namespace {
+// dst ← src, reusing dst's storage when it has src's shape.
+void copy_into(Backend& be, const Tensor& src, Tensor& dst) {
+  if (src.empty()) {
+    dst = {};
+    return;
+  }
+  if (dst.empty() || dst.dtype() != src.dtype() || dst.ne() != src.ne()) dst = be.alloc(src.dtype(), src.ne());
+  be.copy(src, 0, dst, 0, src.n_elements());
+}
+}  // namespace
+
+void Qwen4ExpState::mark(Backend& be, Qwen4ExpRewindPoint& point) const {
+  point.n_past = n_past;
+  point.mtp_n_past = mtp_n_past;
+  point.ple_context = ple_context;
+  copy_into(be, ple_conv, point.ple_conv);
+  copy_into(be, mtp_waiting, point.mtp_waiting);
+  point.conv.resize(layers.size());
+  point.ssm.resize(layers.size());
+  point.n_pooled.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    copy_into(be, layers[i].conv, point.conv[i]);
+    copy_into(be, layers[i].ssm, point.ssm[i]);
+    point.n_pooled[i] = layers[i].n_pooled;
+  }
+}
+
+void Qwen4ExpState::rewind_to(Backend& be, const Qwen4ExpRewindPoint& point) {
+  if (point.n_past < 0 || point.n_past > n_past || point.conv.size() != layers.size())
+    fail("rewind: the point is not on this state's timeline (", point.n_past, " tokens, the state has ", n_past, ")");
+  n_past = point.n_past;
+  mtp_n_past = point.mtp_n_past;
+  ple_context = point.ple_context;
+  copy_into(be, point.ple_conv, ple_conv);
+  copy_into(be, point.mtp_waiting, mtp_waiting);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    copy_into(be, point.conv[i], layers[i].conv);
+    copy_into(be, point.ssm[i], layers[i].ssm);
+    layers[i].n_pooled = point.n_pooled[i];
+  }
 }
 
 std::shared_ptr<const Qwen4ExpModel> Qwen4ExpModel::load(const std::string& path) {
@@ -399,17 +503,30 @@ Qwen4ExpState Qwen4ExpModel::new_state(Backend& be, DType gdn_state) const {
     st.ple_context.assign(hp_.ple_ngram_size - 1, static_cast<int32_t>(hp_.ple_eos_token_id));
     st.ple_conv = be.alloc(DType::F32, {hp_.hc_dim(), (hp_.ple_conv_kernel - 1) * hp_.ple_ngram_size, 1, 1});
   }
-  reserve(be, hp_, st, kInitialCapacity);
+  reserve(be, hp_, st, kInitialCapacity, has_mtp());
   return st;
 }
 
 Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
-                              const TraceFn& trace) const {
+                              const TraceFn& trace, Tensor* wide) const {
   if (tokens.empty()) fail("forward: no tokens");
   for (int32_t t : tokens) check_token(hp_, t);
-  reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()));
+  reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()), has_mtp());
   const auto n = static_cast<int64_t>(tokens.size());
-  return Forward(*this, ple_hash_, be, {SeqPart(&state, tokens, n)}, nullptr, trace).run(rows);
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, tokens, n)}, nullptr, trace).run(rows, wide);
+}
+
+Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
+                                  bool logits, Tensor* wide_out, const TraceFn& trace) const {
+  if (!has_mtp()) fail("mtp_forward: ", file_.source(), " has no MTP block");
+  const auto n = static_cast<int64_t>(next.size());
+  if (n == 0) fail("mtp_forward: no cells");
+  if (wide.ne(0) != hp_.hc_dim() || wide.ne(1) != n || wide.ne(2) != 1)
+    fail("mtp_forward: the wide residual is ", wide.shape_string(), " for ", n, " cells of ", hp_.hc_dim());
+  for (int32_t t : next) check_token(hp_, t);
+  reserve(be, hp_, state, state.mtp_n_past + n, true);
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, next, n)}, nullptr, trace, Pass::Mtp)
+      .run_mtp(wide, logits, wide_out);
 }
 
 Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const> states,
@@ -422,10 +539,10 @@ Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const>
         states.begin() + static_cast<std::ptrdiff_t>(i))
       fail("forward_batch: a sequence appears twice");
     check_token(hp_, tokens[i]);
-    reserve(be, hp_, *states[i], states[i]->n_past + 1);
+    reserve(be, hp_, *states[i], states[i]->n_past + 1, has_mtp());
     parts.emplace_back(states[i], tokens.subspan(i, 1), 1);
   }
-  return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All);
+  return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All, nullptr);
 }
 
 size_t Qwen4ExpModel::queued_inputs_bytes() const {
@@ -435,8 +552,8 @@ size_t Qwen4ExpModel::queued_inputs_bytes() const {
 Tensor Qwen4ExpModel::forward_queued(Backend& be, Qwen4ExpState& state, HostMailbox& inputs,
                                      const TraceFn& trace) const {
   if (inputs.bytes().size() < queued_inputs_bytes()) fail("forward_queued: a mailbox of ", inputs.bytes().size(), " bytes");
-  reserve(be, hp_, state, state.n_past + 1);
-  return Forward(*this, ple_hash_, be, {SeqPart(&state, {}, 1)}, &inputs, trace).run(LogitRows::Last);
+  reserve(be, hp_, state, state.n_past + 1, has_mtp());
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, {}, 1)}, &inputs, trace).run(LogitRows::Last, nullptr);
 }
 
 void Qwen4ExpModel::give_queued_token(Qwen4ExpState& state, HostMailbox& inputs, int32_t token) const {

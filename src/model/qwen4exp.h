@@ -1,8 +1,8 @@
 // The qwen4exp text model (model-spec §4): the forward pass written once against backend ops,
 // and the per-sequence state it reads and advances. Prefill and decode are the same code: the ops
 // choose their algorithm by token count (GDN chunked scan vs recurrent step, per-row QSA selection).
-// A decode step of several sequences is one pass too (forward_batch). Not here: MTP drafting,
-// vision inputs.
+// A decode step of several sequences is one pass too (forward_batch). The MTP draft head
+// (mtp_forward) is the same layer code on the file's trailing block. Not here: vision inputs.
 #pragma once
 
 #include <functional>
@@ -30,20 +30,42 @@ struct Qwen4ExpLayerState {
   int64_t n_pooled = 0;
 };
 
+struct Qwen4ExpRewindPoint;
+
 struct Qwen4ExpState {
   int64_t n_past = 0;    // tokens consumed; the next token's position
-  int64_t capacity = 0;  // token slots in the QSA caches
+  int64_t capacity = 0;  // token slots in the QSA caches (the MTP layer's too)
   std::vector<Qwen4ExpLayerState> layers;
   std::vector<int32_t> ple_context;  // the last ngram_size−1 token ids (EOS before the first token)
   Tensor ple_conv;                   // [W, (K−1)·ngram_size]: the last PLE conv inputs, oldest first
+  // The MTP layer's caches (dense attention: no pooled keys), its cells done (positions
+  // 0 .. mtp_n_past − 1), and the trunk's wide residual at the positions mtp_n_past .. n_past − 1,
+  // whose cells wait for the token after them [W, n_past − mtp_n_past]. Kept only by sessions that
+  // draft with MTP (Session::enable_mtp).
+  Qwen4ExpLayerState mtp;
+  int64_t mtp_n_past = 0;
+  Tensor mtp_waiting;
 
   Qwen4ExpState clone(Backend& be) const;  // a deep copy (checkpoint)
+  // Saves into `point` what a forward pass overwrites rather than appends to, reusing its buffers;
+  // rewind_to() brings the state back there after more tokens (speculative verification). The
+  // caches indexed by position are not copied: the positions past n_past are free slots again.
+  void mark(Backend& be, Qwen4ExpRewindPoint& point) const;
+  void rewind_to(Backend& be, const Qwen4ExpRewindPoint& point);
+};
+
+struct Qwen4ExpRewindPoint {
+  int64_t n_past = -1, mtp_n_past = 0;
+  std::vector<int32_t> ple_context;
+  Tensor ple_conv, mtp_waiting;
+  std::vector<Tensor> conv, ssm;   // per layer (empty on QSA layers)
+  std::vector<int64_t> n_pooled;   // per layer
 };
 
 // Receives named intermediates: name, layer (−1 outside layers), tensor [n, T]. Off when empty.
 using TraceFn = std::function<void(std::string_view name, int64_t layer, const Tensor& t)>;
 
-enum class LogitRows { All, Last };
+enum class LogitRows { All, Last, None };  // None: no final mixer or LM head (a state's advance alone)
 
 class Qwen4ExpModel {
  public:
@@ -58,9 +80,19 @@ class Qwen4ExpModel {
   Qwen4ExpState new_state(Backend& be, DType gdn_state = DType::F32) const;  // gdn_state: F32 or BF16
 
   // Consumes `tokens` at positions state.n_past.. and returns logits [n_vocab, rows] (all tokens,
-  // or the last one only). One call is one chunk: the caller splits long prompts.
+  // the last one only, or none: an empty tensor). One call is one chunk: the caller splits long prompts.
+  // `wide`, when given, receives the wide residual after the last layer (before the final mixer)
+  // of every token [W, T]: the MTP head's input.
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
-                 const TraceFn& trace = {}) const;
+                 const TraceFn& trace = {}, Tensor* wide = nullptr) const;
+  // The MTP draft head (model-spec §4.10): cell i reads the trunk's wide residual at position i and
+  // the token at i + 1, rotates at position i and writes the MTP layer's cache there. Runs cells
+  // state.mtp_n_past .. + n − 1 on the columns of `wide` [W, n] and `next` (n ids) in one pass.
+  // Returns the last cell's draft logits [n_vocab, 1] (nothing unless `logits`) and puts its output
+  // residual [W, 1] in *wide_out when given: the input of a following draft cell.
+  bool has_mtp() const { return w_.mtp.has_value(); }
+  Tensor mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
+                     bool logits, Tensor* wide_out = nullptr, const TraceFn& trace = {}) const;
   // One token for each of several sequences (distinct states), at each one's position: the products
   // read every weight once for all of them. Returns logits [n_vocab, states.size()].
   Tensor forward_batch(Backend& be, std::span<Qwen4ExpState* const> states, std::span<const int32_t> tokens,

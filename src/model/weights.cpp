@@ -73,6 +73,71 @@ HcWeights bind_hc(Binder& b, const std::string& prefix, bool inject) {
   return w;
 }
 
+LayerWeights bind_layer(Binder& b, const Qwen4ExpHparams& hp, int64_t il) {
+  std::string p = cat("blk.", il, ".");
+  LayerWeights L;
+  L.recurrent = il < hp.n_layer && hp.is_recurrent[il];  // the MTP block is a QSA layer
+  L.has_ple = hp.is_ple_layer(il);
+  L.hc_attn = bind_hc(b, p + "hc_attn", true);
+  L.hc_ffn = bind_hc(b, p + "hc_ffn", true);
+  if (L.recurrent) {
+    L.gdn = {b.get(p + "attn_qkv.weight"),  b.get(p + "attn_gate.weight"),   b.get(p + "ssm_alpha.weight"),
+             b.get(p + "ssm_beta.weight"),  b.get(p + "ssm_a"),              b.get(p + "ssm_dt.bias"),
+             b.get(p + "ssm_conv1d.weight"), b.get(p + "ssm_norm.weight"),   b.get(p + "ssm_out.weight")};
+  } else {
+    L.qsa = {b.get(p + "attn_q.weight"),          b.get(p + "attn_k.weight"),         b.get(p + "attn_v.weight"),
+             b.get(p + "attn_output.weight"),     b.get(p + "attn_q_norm.weight"),    b.get(p + "attn_k_norm.weight"),
+             b.get(p + "indexer.q_proj.weight"),  b.get(p + "indexer.k_proj.weight"), b.get(p + "indexer.q_norm.weight"),
+             b.get(p + "indexer.k_norm.weight")};
+  }
+  L.moe = {b.get(p + "ffn_gate_inp.weight"),       b.get(p + "ffn_gate_exps.weight"),  b.get(p + "ffn_up_exps.weight"),
+           b.get(p + "ffn_down_exps.weight"),      b.get(p + "ffn_gate_inp_shexp.weight"),
+           b.get(p + "ffn_gate_shexp.weight"),     b.get(p + "ffn_up_shexp.weight"),   b.get(p + "ffn_down_shexp.weight")};
+  if (L.has_ple) {
+    L.ple = {b.get(p + "ple_key.weight"),        b.get(p + "ple_value.weight"),     b.get(p + "ple_norm_key.weight"),
+             b.get(p + "ple_norm_query.weight"), b.get(p + "ple_norm_conv.weight"), b.get(p + "ple_conv1d.weight")};
+  }
+  return L;
+}
+
+// The MTP block, or nothing (and why in *unusable) when its projection cannot be split: the trunk
+// still runs, only drafting with MTP is refused.
+std::optional<MtpWeights> bind_mtp(Binder& b, const Qwen4ExpHparams& hp, const std::string& source,
+                                   std::string* unusable) {
+  const int64_t il = hp.n_layer, H = hp.n_embd;
+  const std::string p = cat("blk.", il, ".");
+  const Weight eh = b.get(p + "nextn.eh_proj.weight");
+  try {
+    check_row_length(eh.type, H);
+  } catch (const Error& e) {  // a block straddles the embedding's and the residual's columns
+    *unusable = cat(source, ": tensor '", eh.name, "' cannot be split after its first ", H, " columns (", e.what(), ")");
+    return std::nullopt;
+  }
+  MtpWeights m;
+  m.enorm = b.get(p + "nextn.enorm.weight");
+  m.hnorm = b.get(p + "nextn.hnorm.weight");
+  m.head_hc = bind_hc(b, p + "nextn.hc_head", false);
+  m.layer = bind_layer(b, hp, il);
+  const uint64_t half = row_bytes(eh.type, H);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(2 * half * H);
+  for (int64_t r = 0; r < H; ++r) {
+    const uint8_t* row = eh.data + r * eh.row_bytes;
+    std::copy(row, row + half, bytes->data() + r * half);
+    std::copy(row + half, row + 2 * half, bytes->data() + (H + r) * half);
+  }
+  for (Weight* half_w : {&m.proj_embd, &m.proj_stream}) {
+    *half_w = eh;
+    half_w->ne = {H, H, 1, 1};
+    half_w->row_bytes = half;
+  }
+  m.proj_embd.name += "[embedding]";
+  m.proj_embd.data = bytes->data();
+  m.proj_stream.name += "[residual]";
+  m.proj_stream.data = bytes->data() + half * H;
+  m.split_bytes = std::move(bytes);
+  return m;
+}
+
 }  // namespace
 
 PleHashConstants check_ple_hash(const Qwen4ExpHparams& hp, int64_t table_rows, const std::string& source) {
@@ -125,32 +190,8 @@ Qwen4ExpWeights bind_weights(const GgufFile& file, const Qwen4ExpHparams& hp) {
     w.ple_table.stays_on_host = true;
   }
   w.output_hc = bind_hc(b, "output_hc", false);
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    std::string p = cat("blk.", il, ".");
-    LayerWeights L;
-    L.recurrent = hp.is_recurrent[il];
-    L.has_ple = hp.is_ple_layer(il);
-    L.hc_attn = bind_hc(b, p + "hc_attn", true);
-    L.hc_ffn = bind_hc(b, p + "hc_ffn", true);
-    if (L.recurrent) {
-      L.gdn = {b.get(p + "attn_qkv.weight"),  b.get(p + "attn_gate.weight"),   b.get(p + "ssm_alpha.weight"),
-               b.get(p + "ssm_beta.weight"),  b.get(p + "ssm_a"),              b.get(p + "ssm_dt.bias"),
-               b.get(p + "ssm_conv1d.weight"), b.get(p + "ssm_norm.weight"),   b.get(p + "ssm_out.weight")};
-    } else {
-      L.qsa = {b.get(p + "attn_q.weight"),          b.get(p + "attn_k.weight"),         b.get(p + "attn_v.weight"),
-               b.get(p + "attn_output.weight"),     b.get(p + "attn_q_norm.weight"),    b.get(p + "attn_k_norm.weight"),
-               b.get(p + "indexer.q_proj.weight"),  b.get(p + "indexer.k_proj.weight"), b.get(p + "indexer.q_norm.weight"),
-               b.get(p + "indexer.k_norm.weight")};
-    }
-    L.moe = {b.get(p + "ffn_gate_inp.weight"),       b.get(p + "ffn_gate_exps.weight"),  b.get(p + "ffn_up_exps.weight"),
-             b.get(p + "ffn_down_exps.weight"),      b.get(p + "ffn_gate_inp_shexp.weight"),
-             b.get(p + "ffn_gate_shexp.weight"),     b.get(p + "ffn_up_shexp.weight"),   b.get(p + "ffn_down_shexp.weight")};
-    if (L.has_ple) {
-      L.ple = {b.get(p + "ple_key.weight"),        b.get(p + "ple_value.weight"),     b.get(p + "ple_norm_key.weight"),
-               b.get(p + "ple_norm_query.weight"), b.get(p + "ple_norm_conv.weight"), b.get(p + "ple_conv1d.weight")};
-    }
-    w.layers.push_back(std::move(L));
-  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) w.layers.push_back(bind_layer(b, hp, il));
+  if (hp.n_layer_nextn) w.mtp = bind_mtp(b, hp, file.source(), &w.mtp_unusable);
   return w;
 }
 

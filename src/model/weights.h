@@ -4,6 +4,9 @@
 // map, so binding costs no copies and the n-gram table is paged in only where it is read.
 #pragma once
 
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
@@ -46,13 +49,28 @@ struct LayerWeights {
   PleWeights ple;
 };
 
+// The MTP draft block (model-spec §4.10, GGUF blk.N with nextn.*): one QSA layer with its MoE, fed
+// by a projection of the next token's embedding and the trunk's wide residual.
+struct MtpWeights {
+  Weight enorm, hnorm;  // offset norms of the embedding (H) and of the wide residual (W, one group)
+  // nextn.eh_proj {2H, H} applied to [embedding | stream] is proj_embd·embedding + proj_stream·stream:
+  // the file's tensor split on its input into its first and last H columns, so the embedding's
+  // product is made once for the four streams.
+  Weight proj_embd, proj_stream;
+  HcWeights head_hc;  // the draft's final mixer (no inject)
+  LayerWeights layer;
+  std::shared_ptr<const std::vector<uint8_t>> split_bytes;  // proj_embd's rows, then proj_stream's
+};
+
 struct Qwen4ExpWeights {
   Weight token_embd;
   Weight ple_table;       // per_layer_token_embd, {row_dim, rows}
   Weight output;          // LM head; token_embd when the file has no output.weight (tied)
   bool tied_output = false;
   HcWeights output_hc;
-  std::vector<LayerWeights> layers;  // trunk layers only (an MTP block is validated, not bound)
+  std::vector<LayerWeights> layers;  // trunk layers only
+  std::optional<MtpWeights> mtp;     // when the file has a usable MTP block
+  std::string mtp_unusable;          // why a file's MTP block cannot draft, when it cannot
 };
 
 // The weights of `file` for `hp`; throws Error naming the first missing, misshapen or unreadable tensor.

@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -38,6 +39,7 @@ void Session::reset() {
   drop_queued();
   state_ = engine_->model().new_state(engine_->backend(), engine_->gdn_state());
   tokens_.clear();
+  verified_.clear();
 }
 
 void Session::drop_queued() {
@@ -48,6 +50,7 @@ void Session::drop_queued() {
 
 void Session::queue_step() {
   if (awaits_token()) fail("queue_step: the queued step has no token yet");
+  if (mtp_) fail("queue_step: a session that drafts with MTP decodes with draft_mtp and verify");
   if (queued_.size() == 2) fail("queue_step: two steps are in flight; take the older one's logits first");
   const Qwen4ExpModel& model = engine_->model();
   Backend& be = engine_->backend();
@@ -93,12 +96,14 @@ std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<cons
   for (Session* s : sessions) {
     if (s->engine_.get() != &engine) fail("eval_batch: sessions of different engines");
     if (s->awaits_token()) fail("eval_batch: a queued step waits for its token");
+    if (s->mtp_) fail("eval_batch: a session that drafts with MTP decodes with draft_mtp and verify");
     states.push_back(&s->state_);
   }
   Backend& be = engine.backend();
   Tensor logits = engine.model().forward_batch(be, states, tokens);  // checks the tokens and repeats
   for (size_t i = 0; i < sessions.size(); ++i) {
     sessions[i]->queued_.clear();  // as eval(): given steps nobody read are followed by this one
+    sessions[i]->verified_.clear();
     sessions[i]->tokens_.push_back(tokens[i]);
   }
   return be.read_f32(logits);
@@ -131,6 +136,7 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
   if (options.chunk < 0) fail("eval: negative chunk size");
   if (awaits_token()) fail("eval: a queued step waits for its token");
   queued_.clear();  // given steps whose logits nobody read: the forward below follows them
+  verified_.clear();  // verified tokens not taken back are kept
   Backend& be = engine_->backend();
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
   const int64_t chunk = chunk_for(n, options);
@@ -139,10 +145,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
   for (int64_t i = 0; i < n; i += chunk) {
     auto part = tokens.subspan(i, std::min(chunk, n - i));
     auto t0 = std::chrono::steady_clock::now();
-    Tensor logits = engine_->model().forward(be, state_, part, rows, trace_);
+    Tensor logits = forward(part, rows);
+    if (mtp_) mtp_cells(nullptr, nullptr);  // the cache over the chunk; its last position waits
     if (options.issue_seconds)
       *options.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_.insert(tokens_.end(), part.begin(), part.end());
     // Without all_logits only the last chunk's row is kept.
     if (options.read_logits && (options.all_logits || i + chunk >= n)) {
       std::vector<float> l = be.read_f32(logits);
@@ -170,6 +176,102 @@ void Session::restore(const SessionSnapshot& snapshot) {
   drop_queued();
   state_ = snapshot.state_.clone(engine_->backend());
   tokens_ = snapshot.tokens_;
+  verified_.clear();
+}
+
+Tensor Session::forward(std::span<const int32_t> tokens, LogitRows rows) {
+  Backend& be = engine_->backend();
+  Tensor wide;
+  Tensor logits = engine_->model().forward(be, state_, tokens, rows, trace_, mtp_ ? &wide : nullptr);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (mtp_) {  // these positions' MTP cells wait for the tokens after them
+    Tensor& waiting = state_.mtp_waiting;
+    if (waiting.empty()) {
+      waiting = wide;
+    } else {
+      Tensor both = be.alloc_output(DType::F32, {wide.ne(0), waiting.ne(1) + wide.ne(1), 1, 1});
+      be.copy(waiting, 0, both, 0, waiting.n_elements());
+      be.copy(wide, 0, both, waiting.n_elements(), wide.n_elements());
+      waiting = both;
+    }
+  }
+  return logits;
+}
+
+Tensor Session::mtp_cells(const int32_t* next, Tensor* wide_out) {
+  Qwen4ExpState& st = state_;
+  const int64_t waiting = st.n_past - st.mtp_n_past;
+  if (waiting < 0 || waiting != (st.mtp_waiting.empty() ? 0 : st.mtp_waiting.ne(1)))
+    fail("MTP: the layer's cache does not follow this session's timeline (", st.mtp_n_past, " cells, ", n_past(),
+         " tokens); a session drafts with MTP from its first token on");
+  const int64_t cells = next ? waiting : waiting - 1;
+  if (cells <= 0) return {};
+  const auto first = tokens_.begin() + st.mtp_n_past + 1;  // the token after the first waiting position
+  std::vector<int32_t> after(first, first + (next ? cells - 1 : cells));
+  if (next) after.push_back(*next);
+  const Tensor cells_wide = cells == waiting ? st.mtp_waiting : st.mtp_waiting.slice(1, 0, cells);
+  Tensor rest = cells == waiting ? Tensor() : st.mtp_waiting.slice(1, cells, waiting - cells);
+  Backend& be = engine_->backend();
+  Tensor logits = engine_->model().mtp_forward(be, st, cells_wide, after, next != nullptr, wide_out, trace_);
+  st.mtp_waiting = rest;
+  return logits;
+}
+
+void Session::enable_mtp() {
+  const Qwen4ExpModel& model = engine_->model();
+  if (!model.weights().mtp_unusable.empty()) fail("MTP drafting: ", model.weights().mtp_unusable);
+  if (!model.has_mtp()) fail("MTP drafting: ", model.file().source(), " has no MTP block (nextn_predict_layers)");
+  if (state_.n_past > 0) fail("MTP drafting is enabled before the first token (the session has ", n_past(), ")");
+  mtp_ = true;
+}
+
+std::vector<int32_t> Session::draft_mtp(int32_t next, int64_t n) {
+  if (!mtp_) fail("draft_mtp: MTP drafting is not enabled on this session");
+  if (awaits_token()) fail("draft_mtp: a queued step waits for its token");
+  if (!verified_.empty()) fail("draft_mtp: the verified tokens are neither kept nor taken back yet");
+  if (n_past() == 0) fail("draft_mtp: no token evaluated yet");
+  if (n < 0) fail("draft_mtp: ", n, " drafts");
+  std::vector<int32_t> drafts;
+  if (n == 0) return drafts;
+  const Qwen4ExpModel& model = engine_->model();
+  Backend& be = engine_->backend();
+  // Cells up to the last evaluated position are the real ones; the chained cells after it write
+  // cache slots that the next real cells overwrite.
+  const int64_t real_cells = state_.n_past;
+  Tensor wide;
+  Tensor logits = mtp_cells(&next, &wide);
+  for (;;) {
+    const std::vector<float> row = be.read_f32(logits);
+    drafts.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+    if (static_cast<int64_t>(drafts.size()) == n) break;
+    logits = model.mtp_forward(be, state_, wide, std::span(&drafts.back(), 1), true, &wide, trace_);
+  }
+  state_.mtp_n_past = real_cells;
+  return drafts;
+}
+
+std::vector<float> Session::verify(std::span<const int32_t> tokens) {
+  if (tokens.empty()) fail("verify: no tokens");
+  if (awaits_token()) fail("verify: a queued step waits for its token");
+  if (!verified_.empty()) fail("verify: the verified tokens are neither kept nor taken back yet");
+  queued_.clear();
+  Backend& be = engine_->backend();
+  state_.mark(be, rewind_);
+  Tensor logits = forward(tokens, LogitRows::All);
+  verified_.assign(tokens.begin(), tokens.end());
+  return be.read_f32(logits);
+}
+
+void Session::keep_verified(int64_t m) {
+  const auto n = static_cast<int64_t>(verified_.size());
+  if (n == 0) fail("keep_verified: no tokens were verified");
+  if (m < 0 || m > n) fail("keep_verified: ", m, " of ", n, " verified tokens");
+  const std::vector<int32_t> kept(verified_.begin(), verified_.begin() + m);
+  verified_.clear();
+  if (m == n) return;
+  state_.rewind_to(engine_->backend(), rewind_);
+  tokens_.resize(static_cast<size_t>(state_.n_past));
+  if (m > 0) forward(kept, LogitRows::None);
 }
 
 }  // namespace regolith

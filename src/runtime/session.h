@@ -94,6 +94,22 @@ class Session {
   bool awaits_token() const { return !queued_.empty() && !queued_.back().given; }
   bool has_unread_step() const { return !queued_.empty() && queued_.front().given; }
 
+  // ---- speculative decoding (src/spec/speculative.h drives it) ----
+  // verify() evaluates a token and the drafts after it, returning the logits of every one, and
+  // remembers the state before them; keep_verified(m) keeps the first m and takes the rest back
+  // (the kept ones are evaluated again when some are taken back).
+  std::vector<float> verify(std::span<const int32_t> tokens);
+  void keep_verified(int64_t m);
+  // With the model's MTP head (model-spec §4.10), enabled before the first token: eval() and
+  // verify() then also advance the MTP layer's cache over every position whose next token is known,
+  // and draft_mtp(next, n) returns n draft tokens after `next` (the token chosen from the last
+  // logits, not yet evaluated): the cells of the positions still waiting, then n − 1 cells each
+  // on the one before's output residual and draft. Queued steps and eval_batch refuse such a
+  // session (they would leave its MTP cache behind).
+  void enable_mtp();
+  bool mtp_enabled() const { return mtp_; }
+  std::vector<int32_t> draft_mtp(int32_t next, int64_t n);
+
   int64_t n_past() const { return state_.n_past; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   SessionSnapshot snapshot() const;
@@ -105,6 +121,12 @@ class Session {
   friend std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
   int64_t chunk_for(int64_t n, const EvalOptions& options) const;
   void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
+  // The trunk forward of `tokens` (with the MTP layer's bookkeeping when enabled) and the timeline.
+  Tensor forward(std::span<const int32_t> tokens, LogitRows rows);
+  // Runs the MTP cells of the waiting positions whose next token is known (tokens_, then `next`
+  // when given): all but the last without `next`. With `next`, returns the last cell's draft
+  // logits and puts its output residual in *wide_out.
+  Tensor mtp_cells(const int32_t* next, Tensor* wide_out);
 
   struct QueuedStep {
     std::unique_ptr<PendingRead> logits;
@@ -120,6 +142,9 @@ class Session {
   std::array<std::unique_ptr<HostMailbox>, 2> mailboxes_;  // a step's inputs, used in turn; null: none
   int64_t steps_queued_ = 0;
   std::unique_ptr<PendingRead> read_;  // the last step_logits()'s values
+  bool mtp_ = false;
+  Qwen4ExpRewindPoint rewind_;     // the state before the verified tokens
+  std::vector<int32_t> verified_;  // verified tokens not yet kept or taken back
 };
 
 }  // namespace regolith

@@ -1,0 +1,59 @@
+#include "spec/speculative.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace regolith {
+
+Drafter mtp_drafter(Session& session) {
+  session.enable_mtp();
+  return [&session](int32_t next, int64_t n) { return session.draft_mtp(next, n); };
+}
+
+Drafter lookup_drafter(const Session& session, int64_t ngram) {
+  if (ngram < 1) fail("prompt lookup: n-grams of ", ngram, " tokens");
+  return [&session, ngram](int32_t next, int64_t n) {
+    std::vector<int32_t> h = session.tokens();
+    h.push_back(next);
+    const auto len = static_cast<int64_t>(h.size());
+    for (int64_t k = std::min(ngram, len - 1); k >= 1; --k) {
+      // The latest end e < len − 1 of an earlier copy of the last k tokens.
+      for (int64_t e = len - 2; e >= k - 1; --e) {
+        if (!std::equal(h.end() - k, h.end(), h.begin() + (e - k + 1))) continue;
+        const int64_t take = std::min(n, len - 1 - e);
+        return std::vector<int32_t>(h.begin() + e + 1, h.begin() + e + 1 + take);
+      }
+    }
+    return std::vector<int32_t>();
+  };
+}
+
+Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts)
+    : session_(session), drafter_(std::move(drafter)), max_drafts_(max_drafts) {
+  if (max_drafts < 1) fail("speculative decoding: ", max_drafts, " drafts a round (at least 1)");
+}
+
+std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, int64_t limit) {
+  if (limit < 1) fail("speculative round: a limit of ", limit, " tokens");
+  std::vector<int32_t> drafts = drafter_(next, std::min(max_drafts_, limit - 1));
+  drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(std::min(max_drafts_, limit - 1))));
+  std::vector<int32_t> tokens{next};
+  tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+  const std::vector<float> logits = session_.verify(tokens);
+  const auto n = static_cast<int64_t>(drafts.size());
+  const auto V = static_cast<int64_t>(logits.size()) / (n + 1);
+  std::vector<int32_t> out;
+  for (int64_t j = 0; j <= n; ++j) {
+    out.push_back(choose(std::span(logits).subspan(static_cast<size_t>(j * V), static_cast<size_t>(V))));
+    if (j == n || out.back() != drafts[static_cast<size_t>(j)]) break;
+  }
+  // `next` and the drafts before the last choice stay; the last choice is the next round's `next`.
+  session_.keep_verified(static_cast<int64_t>(out.size()));
+  ++stats_.rounds;
+  stats_.drafted += n;
+  stats_.accepted += static_cast<int64_t>(out.size()) - 1;
+  return out;
+}
+
+}  // namespace regolith
