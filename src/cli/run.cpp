@@ -85,7 +85,6 @@ void run_run(const RunArgs& a) {
       json_vocabulary ? server::JsonReplyConstraint(*json_vocabulary, schema.get()) : server::JsonReplyConstraint();
 
   if (a.draft < 0) fail("--draft ", a.draft, ": give a number of drafts a round, or 0 for none");
-  if (a.draft > 0 && json.active()) fail("--draft decodes without --json or --json-schema");
 
   Session session(engine);
   Sampler sampler(a.sampling);
@@ -111,8 +110,20 @@ void run_run(const RunArgs& a) {
     ++generated;
     return true;
   };
+  // The next token from a row of logits, within the JSON constraint (which it advances) when there
+  // is one. A speculative round calls it once per emitted token, in order, as plain decoding does.
+  std::vector<float> masked;
+  const ChooseToken choose = [&](std::span<const float> logits) {
+    if (json.active()) {
+      masked.assign(logits.begin(), logits.end());
+      json.mask(masked);
+      logits = masked;
+    }
+    const int32_t next = sampler.sample(logits);
+    if (json.active()) json.accept(next, tok.token_bytes(next));
+    return next;
+  };
   if (speculator) {
-    const ChooseToken choose = [&](std::span<const float> l) { return sampler.sample(l); };
     int32_t next = choose(prompt_logits);
     bool going = a.n_predict > 0 && emit(next);
     while (going && generated < a.n_predict)
@@ -122,15 +133,8 @@ void run_run(const RunArgs& a) {
     std::span<const float> logits = prompt_logits;
     // Each step is issued while the device still runs the one before (Session::queue_step).
     if (a.n_predict > 1) session.queue_step();
-    std::vector<float> masked;
     while (generated < a.n_predict) {
-      if (json.active()) {
-        masked.assign(logits.begin(), logits.end());
-        json.mask(masked);
-        logits = masked;
-      }
-      int32_t next = sampler.sample(logits);
-      if (json.active()) json.accept(next, tok.token_bytes(next));
+      const int32_t next = choose(logits);
       if (!emit(next)) break;
       if (generated < a.n_predict) {
         session.give_token(next);
