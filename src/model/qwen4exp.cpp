@@ -63,16 +63,27 @@ struct SeqPart {
   std::vector<int64_t> positions;  // set by Forward
 };
 
+// dst ← src, reusing dst's storage when it has src's shape.
+void copy_into(Backend& be, const Tensor& src, Tensor& dst) {
+  if (src.empty()) {
+    dst = {};
+    return;
+  }
+  if (dst.empty() || dst.dtype() != src.dtype() || dst.ne() != src.ne()) dst = be.alloc(src.dtype(), src.ne());
+  be.copy(src, 0, dst, 0, src.n_elements());
+}
+
 // Which layers a pass runs: the trunk's, or the MTP block's on its own cells and cache.
 enum class Pass { Trunk, Mtp };
 
 class Forward {
  public:
   // inputs set: one part of one token whose id and n-gram rows come from that mailbox (forward_queued).
+  // record: filled for keep_verified (one part only).
   Forward(const Qwen4ExpModel& model, const PleHashConstants& ple_hash, Backend& be, std::vector<SeqPart> parts,
-          HostMailbox* inputs, const TraceFn& trace, Pass pass = Pass::Trunk)
+          HostMailbox* inputs, const TraceFn& trace, Pass pass = Pass::Trunk, Qwen4ExpVerifyRecord* record = nullptr)
       : hp_(model.hparams()), w_(model.weights()), ple_hash_(ple_hash), be_(be), parts_(std::move(parts)),
-        inputs_(inputs), trace_(trace), pass_(pass) {
+        inputs_(inputs), trace_(trace), pass_(pass), record_(record) {
     for (SeqPart& p : parts_) {
       p.first = T_;
       for (int64_t t = 0; t < p.n; ++t) p.positions.push_back(next_position(*p.st) + t);
@@ -270,6 +281,7 @@ class Forward {
     be_.ple_gate(key, qry, val, S, G);
     trace("ple.gated", il, G);
     Tensor N = rms_norm(G, w.norm_conv, H);
+    if (record_) record_->ple_inputs = N;
     Tensor C = f32(H * S, T_);
     for (const SeqPart& p : parts_) {
       Tensor c = of(C, p);
@@ -292,10 +304,26 @@ class Forward {
       Tensor g_p = of(g, p), beta_p = of(beta, p), o_p = of(o, p), on_p = of(on, p);
       be_.causal_conv(of(qkv, p), ls.conv, w.conv, 1, u_p);
       // Gates, the delta-rule scan and the gated output norm.
-      be_.gdn_core({.qkv = &u_p, .alpha = &alpha_p, .beta_raw = &beta_raw_p, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias,
-                    .z = &z_p, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
-                    .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
-                    .dv = hp_.ssm_v_head_dim, .g = &g_p, .beta = &beta_p, .core = &o_p, .out = &on_p});
+      auto core = [&](const Tensor& u_c, const Tensor& alpha_c, const Tensor& beta_raw_c, const Tensor& z_c, Tensor& g_c,
+                      Tensor& beta_c, Tensor& o_c, Tensor& on_c) {
+        be_.gdn_core({.qkv = &u_c, .alpha = &alpha_c, .beta_raw = &beta_raw_c, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias,
+                      .z = &z_c, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
+                      .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
+                      .dv = hp_.ssm_v_head_dim, .g = &g_c, .beta = &beta_c, .core = &o_c, .out = &on_c});
+      };
+      if (!record_) {
+        core(u_p, alpha_p, beta_raw_p, z_p, g_p, beta_p, o_p, on_p);
+        continue;
+      }
+      // Verified tokens: one step each, the state after each but the last kept for keep_verified.
+      record_->conv_inputs[il] = qkv;
+      record_->states[il].resize(static_cast<size_t>(p.n - 1));
+      for (int64_t t = 0; t < p.n; ++t) {
+        Tensor g_t = g_p.slice(1, t, 1), beta_t = beta_p.slice(1, t, 1), o_t = o_p.slice(1, t, 1), on_t = on_p.slice(1, t, 1);
+        core(u_p.slice(1, t, 1), alpha_p.slice(1, t, 1), beta_raw_p.slice(1, t, 1), z_p.slice(1, t, 1), g_t, beta_t, o_t,
+             on_t);
+        if (t + 1 < p.n) copy_into(be_, ls.ssm, record_->states[il][static_cast<size_t>(t)]);
+      }
     }
     trace("gdn.conv", il, u);
     trace("gdn.g", il, g);
@@ -381,6 +409,7 @@ class Forward {
   HostMailbox* inputs_;
   const TraceFn& trace_;
   Pass pass_;
+  Qwen4ExpVerifyRecord* record_;
   int64_t T_ = 0;
 };
 
@@ -433,46 +462,16 @@ Qwen4ExpState Qwen4ExpState::clone(Backend& be) const {
   return out;
 }
 
-namespace {
-// dst ← src, reusing dst's storage when it has src's shape.
-void copy_into(Backend& be, const Tensor& src, Tensor& dst) {
-  if (src.empty()) {
-    dst = {};
-    return;
-  }
-  if (dst.empty() || dst.dtype() != src.dtype() || dst.ne() != src.ne()) dst = be.alloc(src.dtype(), src.ne());
-  be.copy(src, 0, dst, 0, src.n_elements());
-}
-}  // namespace
 
-void Qwen4ExpState::mark(Backend& be, Qwen4ExpRewindPoint& point) const {
-  point.n_past = n_past;
-  point.mtp_n_past = mtp_n_past;
-  point.ple_context = ple_context;
-  copy_into(be, ple_conv, point.ple_conv);
-  copy_into(be, mtp_waiting, point.mtp_waiting);
-  point.conv.resize(layers.size());
-  point.ssm.resize(layers.size());
-  point.n_pooled.resize(layers.size());
+void Qwen4ExpState::mark(Backend& be, Qwen4ExpMark& m) const {
+  m.n_past = n_past;
+  m.ple_context = ple_context;
+  copy_into(be, ple_conv, m.ple_conv);
+  m.conv.resize(layers.size());
+  m.ssm.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
-    copy_into(be, layers[i].conv, point.conv[i]);
-    copy_into(be, layers[i].ssm, point.ssm[i]);
-    point.n_pooled[i] = layers[i].n_pooled;
-  }
-}
-
-void Qwen4ExpState::rewind_to(Backend& be, const Qwen4ExpRewindPoint& point) {
-  if (point.n_past < 0 || point.n_past > n_past || point.conv.size() != layers.size())
-    fail("rewind: the point is not on this state's timeline (", point.n_past, " tokens, the state has ", n_past, ")");
-  n_past = point.n_past;
-  mtp_n_past = point.mtp_n_past;
-  ple_context = point.ple_context;
-  copy_into(be, point.ple_conv, ple_conv);
-  copy_into(be, point.mtp_waiting, mtp_waiting);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    copy_into(be, point.conv[i], layers[i].conv);
-    copy_into(be, point.ssm[i], layers[i].ssm);
-    layers[i].n_pooled = point.n_pooled[i];
+    copy_into(be, layers[i].conv, m.conv[i]);
+    copy_into(be, layers[i].ssm, m.ssm[i]);
   }
 }
 
@@ -508,12 +507,56 @@ Qwen4ExpState Qwen4ExpModel::new_state(Backend& be, DType gdn_state) const {
 }
 
 Tensor Qwen4ExpModel::forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
-                              const TraceFn& trace, Tensor* wide) const {
+                              const TraceFn& trace, Tensor* wide, Qwen4ExpVerifyRecord* record) const {
   if (tokens.empty()) fail("forward: no tokens");
   for (int32_t t : tokens) check_token(hp_, t);
   reserve(be, hp_, state, state.n_past + static_cast<int64_t>(tokens.size()), has_mtp());
   const auto n = static_cast<int64_t>(tokens.size());
-  return Forward(*this, ple_hash_, be, {SeqPart(&state, tokens, n)}, nullptr, trace).run(rows, wide);
+  if (record) {
+    state.mark(be, record->start);
+    record->tokens.assign(tokens.begin(), tokens.end());
+    record->conv_inputs.assign(static_cast<size_t>(hp_.n_layer), Tensor());
+    record->states.resize(static_cast<size_t>(hp_.n_layer));
+  }
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, tokens, n)}, nullptr, trace, Pass::Trunk, record).run(rows, wide);
+}
+
+namespace {
+// out [R, L] ← the last L columns of [old | the first m columns of inputs] (old [R, L], inputs
+// [R, ≥ m]): a convolution's history after m of the inputs.
+void history_after(Backend& be, const Tensor& old, const Tensor& inputs, int64_t m, Tensor& out) {
+  const int64_t R = old.ne(0), L = old.ne(1), from_old = std::max<int64_t>(0, L - m);
+  if (from_old) be.copy(old, m * R, out, 0, from_old * R);
+  if (L > from_old) be.copy(inputs, (m - (L - from_old)) * R, out, from_old * R, (L - from_old) * R);
+}
+}  // namespace
+
+void Qwen4ExpModel::keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4ExpVerifyRecord& record,
+                                  int64_t m) const {
+  const auto T = static_cast<int64_t>(record.tokens.size());
+  if (m < 0 || m > T) fail("keep_verified: ", m, " of ", T, " verified tokens");
+  if (state.n_past != record.start.n_past + T) fail("keep_verified: the state moved on since the verified tokens");
+  if (m == T) return;
+  state.n_past = record.start.n_past + m;
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Qwen4ExpLayerState& ls = state.layers[static_cast<size_t>(il)];
+    const auto i = static_cast<size_t>(il);
+    if (hp_.is_recurrent[il]) {
+      copy_into(be, m == 0 ? record.start.ssm[i] : record.states[i][static_cast<size_t>(m - 1)], ls.ssm);
+      history_after(be, record.start.conv[i], record.conv_inputs[i], m, ls.conv);
+    } else {  // blocks that a taken-back position completed are pooled again when completed again
+      ls.n_pooled = std::min(ls.n_pooled, state.n_past / hp_.compress_ratios[il]);
+    }
+  }
+  if (!hp_.ple_layers.empty()) {
+    history_after(be, record.start.ple_conv, record.ple_inputs, m, state.ple_conv);
+    std::vector<int32_t> context = record.start.ple_context;
+    context.insert(context.end(), record.tokens.begin(), record.tokens.begin() + m);
+    state.ple_context.assign(context.end() - static_cast<std::ptrdiff_t>(record.start.ple_context.size()), context.end());
+  }
+  const int64_t waiting = state.n_past - state.mtp_n_past;  // MTP cells still waiting for their next token
+  if (!state.mtp_waiting.empty())
+    state.mtp_waiting = waiting > 0 ? state.mtp_waiting.slice(1, 0, waiting) : Tensor();
 }
 
 Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,

@@ -30,7 +30,7 @@ struct Qwen4ExpLayerState {
   int64_t n_pooled = 0;
 };
 
-struct Qwen4ExpRewindPoint;
+struct Qwen4ExpMark;
 
 struct Qwen4ExpState {
   int64_t n_past = 0;    // tokens consumed; the next token's position
@@ -47,19 +47,28 @@ struct Qwen4ExpState {
   Tensor mtp_waiting;
 
   Qwen4ExpState clone(Backend& be) const;  // a deep copy (checkpoint)
-  // Saves into `point` what a forward pass overwrites rather than appends to, reusing its buffers;
-  // rewind_to() brings the state back there after more tokens (speculative verification). The
-  // caches indexed by position are not copied: the positions past n_past are free slots again.
-  void mark(Backend& be, Qwen4ExpRewindPoint& point) const;
-  void rewind_to(Backend& be, const Qwen4ExpRewindPoint& point);
+  // Saves into `m` what a forward pass overwrites rather than appends to, reusing its buffers.
+  void mark(Backend& be, Qwen4ExpMark& m) const;
 };
 
-struct Qwen4ExpRewindPoint {
-  int64_t n_past = -1, mtp_n_past = 0;
+// A state's overwritten parts at one point (Qwen4ExpState::mark). The caches indexed by position
+// need no copy: positions past n_past are free slots.
+struct Qwen4ExpMark {
+  int64_t n_past = -1;
   std::vector<int32_t> ple_context;
-  Tensor ple_conv, mtp_waiting;
-  std::vector<Tensor> conv, ssm;   // per layer (empty on QSA layers)
-  std::vector<int64_t> n_pooled;   // per layer
+  Tensor ple_conv;
+  std::vector<Tensor> conv, ssm;  // per layer (empty on QSA layers)
+};
+
+// What a forward pass of verified tokens records so that only its first tokens can be kept
+// without evaluating them again (Qwen4ExpModel::keep_verified): the state before it, each GDN
+// layer's conv inputs and recurrent state after every token but the last, the PLE conv inputs.
+struct Qwen4ExpVerifyRecord {
+  Qwen4ExpMark start;
+  std::vector<int32_t> tokens;
+  std::vector<Tensor> conv_inputs;          // per layer: GDN [C, T]
+  std::vector<std::vector<Tensor>> states;  // per layer: GDN, after tokens 0 .. T − 2
+  Tensor ple_inputs;                        // [W, T]
 };
 
 // Receives named intermediates: name, layer (−1 outside layers), tensor [n, T]. Off when empty.
@@ -82,9 +91,13 @@ class Qwen4ExpModel {
   // Consumes `tokens` at positions state.n_past.. and returns logits [n_vocab, rows] (all tokens,
   // the last one only, or none: an empty tensor). One call is one chunk: the caller splits long prompts.
   // `wide`, when given, receives the wide residual after the last layer (before the final mixer)
-  // of every token [W, T]: the MTP head's input.
+  // of every token [W, T]: the MTP head's input. `record`, when given, is filled for
+  // keep_verified (the GDN layers then step through the tokens one by one, as decode does).
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
-                 const TraceFn& trace = {}, Tensor* wide = nullptr) const;
+                 const TraceFn& trace = {}, Tensor* wide = nullptr, Qwen4ExpVerifyRecord* record = nullptr) const;
+  // After a forward() that filled `record`: keeps its first m tokens and takes the rest back, as if
+  // they had never been evaluated (the MTP cells' waiting residuals are trimmed to match).
+  void keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4ExpVerifyRecord& record, int64_t m) const;
   // The MTP draft head (model-spec §4.10): cell i reads the trunk's wide residual at position i and
   // the token at i + 1, rotates at position i and writes the MTP layer's cache there. Runs cells
   // state.mtp_n_past .. + n − 1 on the columns of `wide` [W, n] and `next` (n ids) in one pass.

@@ -39,7 +39,7 @@ void Session::reset() {
   drop_queued();
   state_ = engine_->model().new_state(engine_->backend(), engine_->gdn_state());
   tokens_.clear();
-  verified_.clear();
+  verified_.tokens.clear();
 }
 
 void Session::drop_queued() {
@@ -103,7 +103,7 @@ std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<cons
   Tensor logits = engine.model().forward_batch(be, states, tokens);  // checks the tokens and repeats
   for (size_t i = 0; i < sessions.size(); ++i) {
     sessions[i]->queued_.clear();  // as eval(): given steps nobody read are followed by this one
-    sessions[i]->verified_.clear();
+    sessions[i]->verified_.tokens.clear();
     sessions[i]->tokens_.push_back(tokens[i]);
   }
   return be.read_f32(logits);
@@ -136,7 +136,7 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
   if (options.chunk < 0) fail("eval: negative chunk size");
   if (awaits_token()) fail("eval: a queued step waits for its token");
   queued_.clear();  // given steps whose logits nobody read: the forward below follows them
-  verified_.clear();  // verified tokens not taken back are kept
+  verified_.tokens.clear();  // verified tokens not taken back are kept
   Backend& be = engine_->backend();
   int64_t V = engine_->n_vocab(), n = static_cast<int64_t>(tokens.size());
   const int64_t chunk = chunk_for(n, options);
@@ -176,13 +176,13 @@ void Session::restore(const SessionSnapshot& snapshot) {
   drop_queued();
   state_ = snapshot.state_.clone(engine_->backend());
   tokens_ = snapshot.tokens_;
-  verified_.clear();
+  verified_.tokens.clear();
 }
 
-Tensor Session::forward(std::span<const int32_t> tokens, LogitRows rows) {
+Tensor Session::forward(std::span<const int32_t> tokens, LogitRows rows, Qwen4ExpVerifyRecord* record) {
   Backend& be = engine_->backend();
   Tensor wide;
-  Tensor logits = engine_->model().forward(be, state_, tokens, rows, trace_, mtp_ ? &wide : nullptr);
+  Tensor logits = engine_->model().forward(be, state_, tokens, rows, trace_, mtp_ ? &wide : nullptr, record);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   if (mtp_) {  // these positions' MTP cells wait for the tokens after them
     Tensor& waiting = state_.mtp_waiting;
@@ -228,7 +228,7 @@ void Session::enable_mtp() {
 std::vector<int32_t> Session::draft_mtp(int32_t next, int64_t n) {
   if (!mtp_) fail("draft_mtp: MTP drafting is not enabled on this session");
   if (awaits_token()) fail("draft_mtp: a queued step waits for its token");
-  if (!verified_.empty()) fail("draft_mtp: the verified tokens are neither kept nor taken back yet");
+  if (!verified_.tokens.empty()) fail("draft_mtp: the verified tokens are neither kept nor taken back yet");
   if (n_past() == 0) fail("draft_mtp: no token evaluated yet");
   if (n < 0) fail("draft_mtp: ", n, " drafts");
   std::vector<int32_t> drafts;
@@ -253,25 +253,17 @@ std::vector<int32_t> Session::draft_mtp(int32_t next, int64_t n) {
 std::vector<float> Session::verify(std::span<const int32_t> tokens) {
   if (tokens.empty()) fail("verify: no tokens");
   if (awaits_token()) fail("verify: a queued step waits for its token");
-  if (!verified_.empty()) fail("verify: the verified tokens are neither kept nor taken back yet");
+  if (!verified_.tokens.empty()) fail("verify: the verified tokens are neither kept nor taken back yet");
   queued_.clear();
-  Backend& be = engine_->backend();
-  state_.mark(be, rewind_);
-  Tensor logits = forward(tokens, LogitRows::All);
-  verified_.assign(tokens.begin(), tokens.end());
-  return be.read_f32(logits);
+  Tensor logits = forward(tokens, LogitRows::All, &verified_);
+  return engine_->backend().read_f32(logits);
 }
 
 void Session::keep_verified(int64_t m) {
-  const auto n = static_cast<int64_t>(verified_.size());
-  if (n == 0) fail("keep_verified: no tokens were verified");
-  if (m < 0 || m > n) fail("keep_verified: ", m, " of ", n, " verified tokens");
-  const std::vector<int32_t> kept(verified_.begin(), verified_.begin() + m);
-  verified_.clear();
-  if (m == n) return;
-  state_.rewind_to(engine_->backend(), rewind_);
+  if (verified_.tokens.empty()) fail("keep_verified: no tokens were verified");
+  engine_->model().keep_verified(engine_->backend(), state_, verified_, m);
   tokens_.resize(static_cast<size_t>(state_.n_past));
-  if (m > 0) forward(kept, LogitRows::None);
+  verified_.tokens.clear();
 }
 
 }  // namespace regolith

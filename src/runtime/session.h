@@ -96,8 +96,8 @@ class Session {
 
   // ---- speculative decoding (src/spec/speculative.h drives it) ----
   // verify() evaluates a token and the drafts after it, returning the logits of every one, and
-  // remembers the state before them; keep_verified(m) keeps the first m and takes the rest back
-  // (the kept ones are evaluated again when some are taken back).
+  // records what keep_verified(m) needs to keep the first m and take the rest back without
+  // evaluating anything again (Qwen4ExpVerifyRecord).
   std::vector<float> verify(std::span<const int32_t> tokens);
   void keep_verified(int64_t m);
   // With the model's MTP head (model-spec §4.10), enabled before the first token: eval() and
@@ -122,7 +122,7 @@ class Session {
   int64_t chunk_for(int64_t n, const EvalOptions& options) const;
   void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
   // The trunk forward of `tokens` (with the MTP layer's bookkeeping when enabled) and the timeline.
-  Tensor forward(std::span<const int32_t> tokens, LogitRows rows);
+  Tensor forward(std::span<const int32_t> tokens, LogitRows rows, Qwen4ExpVerifyRecord* record = nullptr);
   // Runs the MTP cells of the waiting positions whose next token is known (tokens_, then `next`
   // when given): all but the last without `next`. With `next`, returns the last cell's draft
   // logits and puts its output residual in *wide_out.
@@ -143,8 +143,7 @@ class Session {
   int64_t steps_queued_ = 0;
   std::unique_ptr<PendingRead> read_;  // the last step_logits()'s values
   bool mtp_ = false;
-  Qwen4ExpRewindPoint rewind_;     // the state before the verified tokens
-  std::vector<int32_t> verified_;  // verified tokens not yet kept or taken back
+  Qwen4ExpVerifyRecord verified_;  // the last verify(); its tokens until they are kept or taken back
 };
 
 }  // namespace regolith
