@@ -14,12 +14,14 @@
 # .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
 # tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
 # SERVE (e.g. "1,4") then times `regolith serve` of every run with that many streams at once
-# (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds).
+# (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds). SPEC (e.g. "1 3")
+# writes the same model with an MTP block and times the tree's speculative decode on it with that
+# many drafts a round (`bench --draft K`: every draft kept, and none).
 #   tools/cuda/device_paired.sh
 # Past DEADLINE seconds (default 540: a device call ends at 600, and what it printed is lost with
 # it) no further bench starts.
 #   env: ROUNDS (2), BENCH ("-p 2048,8192 -n 32 -r 2"), PROFILE ("2048"; "" for none), DEPTH (0), DEADLINE (540),
-#        VARIANTS (""), RUNS (""), CHECK (1), SERVE ("")
+#        VARIANTS (""), RUNS (""), CHECK (1), SERVE (""), SPEC ("")
 source "$(dirname "$0")/run_env.sh"
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
@@ -111,6 +113,16 @@ if [ -n "${SERVE:-}" ]; then
     spec=($r)
     env "${spec[@]:1}" python3 tools/serve_bench.py "/tmp/${spec[0]}/regolith" "$model" -k "$SERVE" -p 128 -n 128 -r 2 \
       -- --backend cuda 2>/dev/null | grep "^|"
+  done
+fi
+if [ -n "${SPEC:-}" ] && ! late; then
+  mtp_model=/tmp/flash-next-64e-q4k-mtp.gguf
+  [ -f "$mtp_model" ] || /tmp/b/regolith mkmodel --preset flash-next --experts 64 --type q8_0 \
+    --tensor-type expert_gate_up=q4_k --repeat-experts --mtp -o "$mtp_model" >"$out/mkmodel_mtp.txt" 2>&1
+  for k in $SPEC; do
+    late && break
+    echo "== tree, speculative, $k drafts a round (at $(since))"
+    /tmp/b/regolith bench -m "$mtp_model" --backend cuda -p 0 -n 64 -r 2 --draft "$k" 2>&1 | grep -E "^\| tg|kept\)"
   done
 fi
 echo "done at $(since)"
