@@ -573,7 +573,7 @@ Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tenso
 }
 
 Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const> states,
-                                    std::span<const int32_t> tokens, const TraceFn& trace) const {
+                                    std::span<const int32_t> tokens, const TraceFn& trace, Tensor* wide) const {
   if (states.empty() || states.size() != tokens.size())
     fail("forward_batch: ", states.size(), " sequences for ", tokens.size(), " tokens");
   std::vector<SeqPart> parts;
@@ -585,7 +585,7 @@ Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const>
     reserve(be, hp_, *states[i], states[i]->n_past + 1, has_mtp());
     parts.emplace_back(states[i], tokens.subspan(i, 1), 1);
   }
-  return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All, nullptr);
+  return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All, wide);
 }
 
 size_t Qwen4ExpModel::queued_inputs_bytes() const {

@@ -107,9 +107,10 @@ class Qwen4ExpModel {
   Tensor mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
                      bool logits, Tensor* wide_out = nullptr, const TraceFn& trace = {}) const;
   // One token for each of several sequences (distinct states), at each one's position: the products
-  // read every weight once for all of them. Returns logits [n_vocab, states.size()].
+  // read every weight once for all of them. Returns logits [n_vocab, states.size()]; `wide` as in
+  // forward(), a column a sequence.
   Tensor forward_batch(Backend& be, std::span<Qwen4ExpState* const> states, std::span<const int32_t> tokens,
-                       const TraceFn& trace = {}) const;
+                       const TraceFn& trace = {}, Tensor* wide = nullptr) const;
   // One token at position state.n_past, issued before the token is known: its id and n-gram rows
   // are read from `inputs` (a mailbox of queued_inputs_bytes()) when the device reaches them, once
   // give_queued_token() has written and released them, so a backend that queues work can issue

@@ -96,15 +96,19 @@ std::vector<float> eval_batch(std::span<Session* const> sessions, std::span<cons
   for (Session* s : sessions) {
     if (s->engine_.get() != &engine) fail("eval_batch: sessions of different engines");
     if (s->awaits_token()) fail("eval_batch: a queued step waits for its token");
-    if (s->mtp_) fail("eval_batch: a session that drafts with MTP decodes with draft_mtp and verify");
     states.push_back(&s->state_);
   }
   Backend& be = engine.backend();
-  Tensor logits = engine.model().forward_batch(be, states, tokens);  // checks the tokens and repeats
+  const bool mtp = std::any_of(sessions.begin(), sessions.end(), [](const Session* s) { return s->mtp_; });
+  Tensor wide;
+  // Checks the tokens and repeats.
+  Tensor logits = engine.model().forward_batch(be, states, tokens, {}, mtp ? &wide : nullptr);
   for (size_t i = 0; i < sessions.size(); ++i) {
-    sessions[i]->queued_.clear();  // as eval(): given steps nobody read are followed by this one
-    sessions[i]->verified_.tokens.clear();
-    sessions[i]->tokens_.push_back(tokens[i]);
+    Session& s = *sessions[i];
+    s.queued_.clear();  // as eval(): given steps nobody read are followed by this one
+    s.verified_.tokens.clear();
+    s.tokens_.push_back(tokens[i]);
+    if (s.mtp_) s.mtp_wait(wide.slice(1, static_cast<int64_t>(i), 1));
   }
   return be.read_f32(logits);
 }
@@ -184,18 +188,22 @@ Tensor Session::forward(std::span<const int32_t> tokens, LogitRows rows, Qwen4Ex
   Tensor wide;
   Tensor logits = engine_->model().forward(be, state_, tokens, rows, trace_, mtp_ ? &wide : nullptr, record);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-  if (mtp_) {  // these positions' MTP cells wait for the tokens after them
-    Tensor& waiting = state_.mtp_waiting;
-    if (waiting.empty()) {
-      waiting = wide;
-    } else {
-      Tensor both = be.alloc_output(DType::F32, {wide.ne(0), waiting.ne(1) + wide.ne(1), 1, 1});
-      be.copy(waiting, 0, both, 0, waiting.n_elements());
-      be.copy(wide, 0, both, waiting.n_elements(), wide.n_elements());
-      waiting = both;
-    }
-  }
+  if (mtp_) mtp_wait(wide);
   return logits;
+}
+
+void Session::mtp_wait(const Tensor& wide) {
+  Backend& be = engine_->backend();
+  Tensor& waiting = state_.mtp_waiting;
+  if (waiting.empty()) {
+    waiting = wide;
+  } else {
+    Tensor both = be.alloc_output(DType::F32, {wide.ne(0), waiting.ne(1) + wide.ne(1), 1, 1});
+    be.copy(waiting, 0, both, 0, waiting.n_elements());
+    be.copy(wide, 0, both, waiting.n_elements(), wide.n_elements());
+    waiting = both;
+  }
+  if (waiting.ne(1) > kMaxMtpWaiting) mtp_cells(nullptr, nullptr);
 }
 
 Tensor Session::mtp_cells(const int32_t* next, Tensor* wide_out) {

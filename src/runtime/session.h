@@ -104,8 +104,8 @@ class Session {
   // verify() then also advance the MTP layer's cache over every position whose next token is known,
   // and draft_mtp(next, n) returns n draft tokens after `next` (the token chosen from the last
   // logits, not yet evaluated): the cells of the positions still waiting, then n − 1 cells each
-  // on the one before's output residual and draft. Queued steps and eval_batch refuse such a
-  // session (they would leave its MTP cache behind).
+  // on the one before's output residual and draft. Queued steps refuse such a session (they would
+  // leave its MTP cache behind); eval_batch keeps its cache.
   void enable_mtp();
   bool mtp_enabled() const { return mtp_; }
   std::vector<int32_t> draft_mtp(int32_t next, int64_t n);
@@ -123,6 +123,11 @@ class Session {
   void drop_queued();  // gives a step that lacks its token token 0, then forgets every queued step
   // The trunk forward of `tokens` (with the MTP layer's bookkeeping when enabled) and the timeline.
   Tensor forward(std::span<const int32_t> tokens, LogitRows rows, Qwen4ExpVerifyRecord* record = nullptr);
+  // Appends the trunk's residual of the positions just evaluated [W, n] to those whose MTP cells
+  // wait; past kMaxMtpWaiting of them, runs the cells whose next token is known (a long run of
+  // batched steps would otherwise keep a residual for every one).
+  void mtp_wait(const Tensor& wide);
+  static constexpr int64_t kMaxMtpWaiting = 32;
   // Runs the MTP cells of the waiting positions whose next token is known (tokens_, then `next`
   // when given): all but the last without `next`. With `next`, returns the last cell's draft
   // logits and puts its output residual in *wide_out.

@@ -34,7 +34,8 @@ Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts)
   if (max_drafts < 1) fail("speculative decoding: ", max_drafts, " drafts a round (at least 1)");
 }
 
-std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, int64_t limit) {
+std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, int64_t limit,
+                                       const std::function<bool()>& go_on) {
   if (limit < 1) fail("speculative round: a limit of ", limit, " tokens");
   std::vector<int32_t> drafts = drafter_(next, std::min(max_drafts_, limit - 1));
   drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(std::min(max_drafts_, limit - 1))));
@@ -46,7 +47,7 @@ std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, 
   std::vector<int32_t> out;
   for (int64_t j = 0; j <= n; ++j) {
     out.push_back(choose(std::span(logits).subspan(static_cast<size_t>(j * V), static_cast<size_t>(V))));
-    if (j == n || out.back() != drafts[static_cast<size_t>(j)]) break;
+    if (j == n || out.back() != drafts[static_cast<size_t>(j)] || (go_on && !go_on())) break;
   }
   // `next` and the drafts before the last choice stay; the last choice is the next round's `next`.
   session_.keep_verified(static_cast<int64_t>(out.size()));

@@ -42,8 +42,10 @@ class Speculator {
 
   // `next` (chosen from the last logits, not evaluated yet) joins the session with the drafts
   // accepted after it. Returns those drafts and then the token chosen where the walk stopped (not
-  // evaluated yet): between 1 and max_drafts + 1 tokens, and at most `limit` (>= 1).
-  std::vector<int32_t> round(int32_t next, const ChooseToken& choose, int64_t limit);
+  // evaluated yet): between 1 and max_drafts + 1 tokens, and at most `limit` (>= 1). `go_on`, when
+  // given, is asked after each choice and ends the walk there when false (the reply ended at it).
+  std::vector<int32_t> round(int32_t next, const ChooseToken& choose, int64_t limit,
+                             const std::function<bool()>& go_on = {});
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
