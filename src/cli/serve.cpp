@@ -19,6 +19,11 @@ void add_serve(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Tokens per sequence, prompt and reply (0: the model's training context)")
       ->capture_default_str();
   cmd->add_option("--parallel", o.n_parallel, "Sequences decoded together")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--draft", o.draft,
+                  "Speculative decoding of a reply running alone: tokens drafted a round, verified in one pass (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--draft-from", o.draft_from, "Draft source: mtp (the model's MTP head) or lookup (earlier text)")
+      ->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' (all endpoints but /health)");
   cmd->add_option("-a,--alias", o.alias, "Model name clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-template-file", o.chat_template_file, "Jinja chat template to use instead of the GGUF's");

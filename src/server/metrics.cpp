@@ -96,6 +96,11 @@ std::string render_prometheus(const Metrics& m, const PrefixCacheStats& cache, i
          "Forward passes that decoded several sequences at once.", m.batched_steps.load());
   metric(out, "regolith_batched_decode_tokens_total", "counter", "Tokens decoded by those passes.",
          m.batched_tokens.load());
+  metric(out, "regolith_speculative_rounds_total", "counter", "Speculative rounds (drafts verified in one pass).",
+         m.draft_rounds.load());
+  metric(out, "regolith_speculative_drafted_tokens_total", "counter", "Tokens drafted.", m.drafted_tokens.load());
+  metric(out, "regolith_speculative_accepted_tokens_total", "counter", "Drafted tokens that were kept.",
+         m.accepted_drafts.load());
   metric(out, "regolith_queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth.load());
   metric(out, "regolith_active_sequences", "gauge", "Sequences being prefilled or decoded.", m.active_sequences.load());
   metric(out, "regolith_slots_total", "gauge", "Sessions the scheduler runs at once (--parallel).", m.slots_total.load());

@@ -24,6 +24,7 @@ struct Metrics {
   std::atomic<int64_t> prompt_tokens{0}, cached_tokens{0}, prefilled_tokens{0}, generated_tokens{0};
   std::atomic<int64_t> prefill_ns{0}, decode_ns{0}, steps{0};
   std::atomic<int64_t> batched_steps{0}, batched_tokens{0};  // decode steps of several sequences in one pass
+  std::atomic<int64_t> draft_rounds{0}, drafted_tokens{0}, accepted_drafts{0};  // speculative decoding
   std::atomic<int64_t> queue_depth{0}, active_sequences{0}, slots_total{0}, slots_busy{0};
   std::atomic<int64_t> snapshots_taken{0}, snapshot_restores{0};
 

@@ -86,6 +86,14 @@ Scheduler::Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer,
       cache_(options.cache_bytes) {
   if (options_.n_slots < 1) fail("--parallel must be at least 1");
   if (options_.chunk < 1) fail("--chunk must be at least 1");
+  if (options_.draft < 0) fail("--draft must be at least 0");
+  if (options_.draft > 0 && options_.draft_from != "mtp" && options_.draft_from != "lookup")
+    fail("--draft-from ", options_.draft_from, ": mtp or lookup");
+  if (options_.draft > 0 && options_.draft_from == "mtp") {
+    const Qwen4ExpModel& model = engine_->model();
+    if (!model.weights().mtp_unusable.empty()) fail("--draft-from mtp: ", model.weights().mtp_unusable);
+    if (!model.has_mtp()) fail("--draft-from mtp: ", model.file().source(), " has no MTP block");
+  }
   options_.step_tokens = std::max(options_.step_tokens, options_.chunk);
   slots_.resize(static_cast<size_t>(options_.n_slots));
   metrics_.slots_total = options_.n_slots;
@@ -283,7 +291,13 @@ void Scheduler::admit() {
 
 void Scheduler::start_sequence(Pending& p, int slot_index) {
   Slot& slot = slots_[static_cast<size_t>(slot_index)];
-  if (!slot.session) slot.session = std::make_unique<Session>(engine_);
+  if (!slot.session) {
+    slot.session = std::make_unique<Session>(engine_);
+    if (options_.draft > 0) {
+      Drafter drafter = options_.draft_from == "mtp" ? mtp_drafter(*slot.session) : lookup_drafter(*slot.session);
+      slot.speculator = std::make_unique<Speculator>(*slot.session, std::move(drafter), options_.draft);
+    }
+  }
   Session& session = *slot.session;
   auto seq = std::make_unique<Sequence>();
   seq->slot = slot_index;
@@ -397,6 +411,10 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
   std::vector<Sequence*> together;
   for (BatchEntry& e : batch) {
     Sequence& seq = *e.seq;
+    if (seq.unfed && !batched_ && slots_[static_cast<size_t>(seq.slot)].speculator) {
+      speculate(seq);
+      continue;
+    }
     if (seq.unfed) {
       together.push_back(&seq);
       continue;
@@ -471,6 +489,38 @@ void Scheduler::step_together(const std::vector<Sequence*>& seqs) {
   }
 }
 
+// Every token the round emits goes through next_token (events, stop strings, limits), which leaves
+// it unfed: after the round the last one is the next round's first. The walk ends where the reply
+// does; a reply that ends with its last token to commit evaluates it here on the next step.
+void Scheduler::speculate(Sequence& seq) {
+  Session& session = session_of(seq);
+  const int32_t next = *seq.unfed;
+  seq.unfed.reset();
+  auto t0 = Clock::now();
+  try {
+    if (seq.phase == Sequence::Phase::commit) {
+      const std::vector<float> logits = session.eval(std::span(&next, 1));
+      snapshot_into_cache(seq, SnapshotPoint::reply_end, logits);
+      release(seq);
+      return;
+    }
+    const ChooseToken choose = [&](std::span<const float> logits) {
+      next_token(seq, logits);
+      return seq.last_token;
+    };
+    const int64_t limit = seq.task->task.max_tokens - seq.n_generated;
+    Speculator& speculator = *slots_[static_cast<size_t>(seq.slot)].speculator;
+    const SpeculativeStats before = speculator.stats();
+    speculator.round(next, choose, limit, [&] { return seq.phase == Sequence::Phase::decode; });
+    metrics_.decode_ns += ns_since(t0);
+    ++metrics_.draft_rounds;
+    metrics_.drafted_tokens += speculator.stats().drafted - before.drafted;
+    metrics_.accepted_drafts += speculator.stats().accepted - before.accepted;
+  } catch (const std::exception& ex) {
+    if (!seq.done) fail_sequence(seq, ex.what());
+  }
+}
+
 void Scheduler::after_prefill(Sequence& seq, const std::vector<float>& logits) {
   const int64_t len = static_cast<int64_t>(seq.prompt->size());
   if (seq.pos < len) {
@@ -527,7 +577,7 @@ void Scheduler::feed(Sequence& seq, int32_t token) {
   Session& session = session_of(seq);
   if (session.awaits_token()) {
     session.give_token(token);
-  } else if (batched_) {
+  } else if (batched_ || slots_[static_cast<size_t>(seq.slot)].speculator) {
     seq.unfed = token;
   } else {
     session.queue_step();

@@ -7,7 +7,9 @@
 // flowing while long prompts are read. While several sequences are active, the running replies'
 // tokens go through one forward pass together (eval_batch: every weight read once for all of
 // them); a reply running alone has its next step issued before its logits are read
-// (Session::queue_step) and given its token as soon as the token is chosen.
+// (Session::queue_step) and given its token as soon as the token is chosen — or, with drafts
+// (`draft`), decodes by speculative rounds (spec/speculative.h): several tokens a forward pass when
+// the drafts are right, the same tokens as without them.
 //
 // Prefix cache: snapshots at chunk boundaries, at the end of each prompt and at the end of each
 // reply (after feeding the reply's last token, once the client has its answer) go into a PrefixCache;
@@ -23,10 +25,13 @@
 #include <thread>
 #include <vector>
 
+#include <string>
+
 #include "runtime/session.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/queue.h"
+#include "spec/speculative.h"
 
 namespace regolith {
 class Tokenizer;
@@ -41,6 +46,8 @@ struct SchedulerOptions {
   int64_t step_tokens = 512;   // tokens one step may process over all sequences (at least one chunk)
   int max_queue = 64;          // requests that may wait for a slot
   size_t cache_bytes = 0;      // prefix cache budget; 0 disables it
+  int64_t draft = 0;           // drafts a speculative round for a reply running alone; 0: none
+  std::string draft_from = "mtp";  // mtp (the model's MTP head) or lookup (earlier text)
 };
 
 class Scheduler {
@@ -80,7 +87,8 @@ class Scheduler {
   void step_together(const std::vector<Sequence*>& seqs);  // their chosen tokens in one forward pass
   void after_prefill(Sequence& seq, const std::vector<float>& logits);
   void next_token(Sequence& seq, std::span<const float> logits);  // chooses the token and feeds it
-  void feed(Sequence& seq, int32_t token);  // to the step issued ahead, a new one, or the next batched pass
+  void feed(Sequence& seq, int32_t token);  // to the step issued ahead, a new one, or the next pass
+  void speculate(Sequence& seq);  // a speculative round from its unfed token (a reply running alone)
   void finish(Sequence& seq, FinishReason reason, bool feed_last_token);
   bool commits(const Sequence& seq) const;  // the reply's end goes into the prefix cache
   Session& session_of(const Sequence& seq) const;
@@ -112,6 +120,7 @@ class Scheduler {
   // Scheduler-thread state.
   struct Slot {
     std::unique_ptr<Session> session;
+    std::unique_ptr<Speculator> speculator;  // with drafts
     bool busy = false;
   };
   std::vector<Slot> slots_;

@@ -78,7 +78,9 @@ int run_server(const ServerOptions& o) {
                                        .chunk = o.chunk,
                                        .step_tokens = o.batch,
                                        .max_queue = o.max_queue,
-                                       .cache_bytes = o.cache_ram_mib << 20},
+                                       .cache_bytes = o.cache_ram_mib << 20,
+                                       .draft = o.draft,
+                                       .draft_from = o.draft_from},
                       metrics);
   HttpLimits limits;
   limits.max_body_bytes = o.max_body_bytes;

@@ -32,6 +32,8 @@ struct ServerOptions {
   int timeout_s = 30;          // to receive a whole request; also the write timeout
   int max_connections = 128;
   int shutdown_grace_s = 10;
+  int64_t draft = 0;               // speculative decoding of a reply running alone: drafts a round
+  std::string draft_from = "mtp";  // mtp or lookup
 };
 
 int run_server(const ServerOptions& options);  // blocks; returns the process exit code

@@ -37,8 +37,14 @@ Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts)
 std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, int64_t limit,
                                        const std::function<bool()>& go_on) {
   if (limit < 1) fail("speculative round: a limit of ", limit, " tokens");
-  std::vector<int32_t> drafts = drafter_(next, std::min(max_drafts_, limit - 1));
-  drafts.resize(std::min<size_t>(drafts.size(), static_cast<size_t>(std::min(max_drafts_, limit - 1))));
+  const int64_t most = std::min(max_drafts_, limit - 1);
+  std::vector<int32_t> drafts = drafter_(next, most);
+  if (static_cast<int64_t>(drafts.size()) > most) drafts.resize(static_cast<size_t>(most));
+  ++stats_.rounds;
+  if (drafts.empty()) {  // a plain step: nothing to take back, so nothing to record
+    const std::vector<float> logits = session_.eval(std::span(&next, 1));
+    return {choose(logits)};
+  }
   std::vector<int32_t> tokens{next};
   tokens.insert(tokens.end(), drafts.begin(), drafts.end());
   const std::vector<float> logits = session_.verify(tokens);
@@ -51,7 +57,6 @@ std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, 
   }
   // `next` and the drafts before the last choice stay; the last choice is the next round's `next`.
   session_.keep_verified(static_cast<int64_t>(out.size()));
-  ++stats_.rounds;
   stats_.drafted += n;
   stats_.accepted += static_cast<int64_t>(out.size()) - 1;
   return out;

@@ -243,6 +243,22 @@ TEST_P(Speculative, OutputIsPlainDecodings) {
   }
 }
 
+// A walk ends where the consumer says (a reply that ended at a token), even on a right draft; the
+// session keeps `next` and the drafts before that token.
+TEST_P(Speculative, AWalkEndsWhereTheConsumerSays) {
+  auto p = prompt(10);
+  const std::vector<int32_t> want = plain(p, 6, SamplerParams{.temp = 0});
+  Session s(engine_);
+  Speculator spec(s, [&](int32_t, int64_t k) { return std::vector<int32_t>(want.begin() + 1, want.begin() + 1 + k); }, 4);
+  s.eval(p);
+  int choices = 0;
+  const ChooseToken choose = [&](std::span<const float> l) { return ++choices, argmax(l); };
+  const std::vector<int32_t> out = spec.round(want[0], choose, 10, [&] { return choices < 2; });
+  EXPECT_EQ(out, std::vector<int32_t>(want.begin() + 1, want.begin() + 3));
+  EXPECT_EQ(s.n_past(), static_cast<int64_t>(p.size()) + 2);
+  EXPECT_EQ(spec.stats().accepted, 1);
+}
+
 // Prompt lookup drafts what followed the latest earlier copy of the longest matching last tokens.
 TEST_P(Speculative, LookupDraftsWhatFollowedTheLastTokens) {
   Session s(engine_);

@@ -405,5 +405,73 @@ TEST(PrefixCacheDisk, WrittenWhileServingSoAKilledServerLosesLittle) {
   fs::remove_all(dir);
 }
 
+// Speculative decoding (--draft): the replies of a server without drafts, greedy and sampled under a
+// seed, free text and JSON-schema replies (whose repeated whitespace lookup drafts get right), one
+// request at a time and four at once (batched passes between speculative rounds), with MTP and
+// with prompt-lookup drafts.
+TEST(Speculative, RepliesEqualThoseWithoutDrafts) {
+  const std::string model = test_dir() + "/tiny-mtp.gguf";
+  const int n = 4, max_tokens = 40;
+  const Json schema = Json::parse(R"({"type":"object","properties":{"a":{"enum":["x","y"]},"b":{"type":"boolean"}},
+      "required":["a","b"]})");
+  auto body = [&](int i, bool sampled) {
+    Json b = chat_body(prompt_text(i), max_tokens);
+    b["model"] = "tiny-mtp";
+    b["logprobs"] = true;
+    if (sampled) b["temperature"] = 1.0, b["seed"] = 11 + i;
+    if (i % 2 == 1)
+      b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "ab"}, {"schema", schema}}}};
+    return b;
+  };
+  // The reply's text and its tokens' bytes.
+  auto reply_tokens = [](const HttpResult& r) {
+    std::vector<std::string> tokens;
+    for (const Json& entry : r.json()["choices"][0]["logprobs"]["content"]) {
+      std::string b;
+      for (const Json& v : entry["bytes"]) b += static_cast<char>(v.get<int>());
+      tokens.push_back(b);
+    }
+    return std::make_pair(r.json()["choices"][0]["message"]["content"].get<std::string>(), tokens);
+  };
+  std::vector<std::pair<std::string, std::vector<std::string>>> want;
+  {
+    ServerProcess plain({"--parallel", "4", "-c", "1024"}, model);
+    for (bool sampled : {false, true})
+      for (int i = 0; i < n; ++i) want.push_back(reply_tokens(post(plain.port(), "/v1/chat/completions", body(i, sampled))));
+    EXPECT_EQ(plain.stop(), 0);
+  }
+  for (const char* from : {"mtp", "lookup"}) {
+    SCOPED_TRACE(from);
+    ServerProcess s({"--parallel", "4", "-c", "1024", "--draft", "3", "--draft-from", from}, model);
+    for (bool sampled : {false, true}) {
+      for (int i = 0; i < n; ++i) {
+        SCOPED_TRACE("alone " + std::to_string(i) + (sampled ? " sampled" : " greedy"));
+        EXPECT_EQ(reply_tokens(post(s.port(), "/v1/chat/completions", body(i, sampled))), want[(sampled ? n : 0) + i]);
+      }
+      std::vector<std::pair<std::string, std::vector<std::string>>> together(n);
+      std::vector<std::thread> threads;
+      for (int i = 0; i < n; ++i)
+        threads.emplace_back([&, i] { together[i] = reply_tokens(post(s.port(), "/v1/chat/completions", body(i, sampled))); });
+      for (auto& t : threads) t.join();
+      for (int i = 0; i < n; ++i) EXPECT_EQ(together[i], want[(sampled ? n : 0) + i]) << "together " << i;
+    }
+    EXPECT_GT(metric(s.port(), "regolith_speculative_rounds_total"), 0);
+    EXPECT_GT(metric(s.port(), "regolith_speculative_drafted_tokens_total"), 0);
+    if (std::string(from) == "lookup") EXPECT_GT(metric(s.port(), "regolith_speculative_accepted_tokens_total"), 0);
+    EXPECT_EQ(s.stop(), 0);
+  }
+}
+
+// MTP drafts from a model without an MTP block are refused at startup, with the reason.
+TEST(Speculative, MtpDraftsNeedAnMtpBlock) {
+  try {
+    ServerProcess s({"--draft", "2"}, tiny_model());
+    ADD_FAILURE() << "the server started";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--draft-from mtp: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has no MTP block"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace regolith::test
