@@ -10,9 +10,19 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/ops.h"
+
 namespace regolith::test {
 
 inline std::string engine_model(const std::string& name) { return std::string(REGOLITH_ENGINE_MODELS) + "/" + name; }
+
+// ref and cpu, plus cuda where it is built in (its tests skip without a device).
+inline std::vector<std::string> engine_backends() {
+  std::vector<std::string> out{"ref", "cpu"};
+  for (const std::string& name : backend_names())
+    if (name == "cuda") out.push_back(name);
+  return out;
+}
 
 struct LogitsDiff {
   double max_abs = 0;        // max |Δ| over all positions

@@ -15,14 +15,6 @@
 namespace regolith::test {
 namespace {
 
-// ref and cpu, plus cuda where it is built in.
-std::vector<std::string> parity_backends() {
-  std::vector<std::string> out{"ref", "cpu"};
-  for (const std::string& name : backend_names())
-    if (name == "cuda") out.push_back(name);
-  return out;
-}
-
 std::vector<std::string> fixture_names() {
   std::vector<std::string> out;
   std::filesystem::path dir(REGOLITH_FIXTURES);
@@ -271,7 +263,7 @@ TEST_P(Parity, CheckpointTypeWholeAndDecode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Combine(::testing::ValuesIn(fixture_names()), ::testing::ValuesIn(parity_backends())),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Combine(::testing::ValuesIn(fixture_names()), ::testing::ValuesIn(engine_backends())),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
                            std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            std::replace(n.begin(), n.end(), '-', '_');

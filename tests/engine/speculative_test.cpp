@@ -17,13 +17,6 @@
 namespace regolith::test {
 namespace {
 
-std::vector<std::string> spec_backends() {
-  std::vector<std::string> out{"ref", "cpu"};
-  for (const std::string& name : backend_names())
-    if (name == "cuda") out.push_back(name);
-  return out;
-}
-
 template <typename F>
 void expect_error(F&& f, const std::string& part) {
   try {
@@ -339,7 +332,7 @@ TEST(MtpWeights, SplitProjectionHalvesAreTheFilesColumns) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Speculative, ::testing::ValuesIn(spec_backends()),
+INSTANTIATE_TEST_SUITE_P(Backends, Speculative, ::testing::ValuesIn(engine_backends()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return "on_" + info.param; });
 
 }  // namespace
