@@ -468,11 +468,7 @@ void Qwen4ExpState::mark(Backend& be, Qwen4ExpMark& m) const {
   m.ple_context = ple_context;
   copy_into(be, ple_conv, m.ple_conv);
   m.conv.resize(layers.size());
-  m.ssm.resize(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    copy_into(be, layers[i].conv, m.conv[i]);
-    copy_into(be, layers[i].ssm, m.ssm[i]);
-  }
+  for (size_t i = 0; i < layers.size(); ++i) copy_into(be, layers[i].conv, m.conv[i]);
 }
 
 std::shared_ptr<const Qwen4ExpModel> Qwen4ExpModel::load(const std::string& path) {
@@ -534,7 +530,7 @@ void history_after(Backend& be, const Tensor& old, const Tensor& inputs, int64_t
 void Qwen4ExpModel::keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4ExpVerifyRecord& record,
                                   int64_t m) const {
   const auto T = static_cast<int64_t>(record.tokens.size());
-  if (m < 0 || m > T) fail("keep_verified: ", m, " of ", T, " verified tokens");
+  if (m < 1 || m > T) fail("keep_verified: ", m, " of ", T, " verified tokens (the first is always kept)");
   if (state.n_past != record.start.n_past + T) fail("keep_verified: the state moved on since the verified tokens");
   if (m == T) return;
   state.n_past = record.start.n_past + m;
@@ -542,7 +538,7 @@ void Qwen4ExpModel::keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4
     Qwen4ExpLayerState& ls = state.layers[static_cast<size_t>(il)];
     const auto i = static_cast<size_t>(il);
     if (hp_.is_recurrent[il]) {
-      copy_into(be, m == 0 ? record.start.ssm[i] : record.states[i][static_cast<size_t>(m - 1)], ls.ssm);
+      copy_into(be, record.states[i][static_cast<size_t>(m - 1)], ls.ssm);
       history_after(be, record.start.conv[i], record.conv_inputs[i], m, ls.conv);
     } else {  // blocks that a taken-back position completed are pooled again when completed again
       ls.n_pooled = std::min(ls.n_pooled, state.n_past / hp_.compress_ratios[il]);

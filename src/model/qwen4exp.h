@@ -47,21 +47,22 @@ struct Qwen4ExpState {
   Tensor mtp_waiting;
 
   Qwen4ExpState clone(Backend& be) const;  // a deep copy (checkpoint)
-  // Saves into `m` what a forward pass overwrites rather than appends to, reusing its buffers.
+  // Saves into `m` the histories a forward pass moves on, reusing its buffers.
   void mark(Backend& be, Qwen4ExpMark& m) const;
 };
 
-// A state's overwritten parts at one point (Qwen4ExpState::mark). The caches indexed by position
-// need no copy: positions past n_past are free slots.
+// A state's convolution histories and n-gram context at one point (Qwen4ExpState::mark): with the
+// inputs recorded after it, the histories after any of those inputs. The caches indexed by
+// position need no copy: positions past n_past are free slots.
 struct Qwen4ExpMark {
   int64_t n_past = -1;
   std::vector<int32_t> ple_context;
   Tensor ple_conv;
-  std::vector<Tensor> conv, ssm;  // per layer (empty on QSA layers)
+  std::vector<Tensor> conv;  // per layer (empty on QSA layers)
 };
 
 // What a forward pass of verified tokens records so that only its first tokens can be kept
-// without evaluating them again (Qwen4ExpModel::keep_verified): the state before it, each GDN
+// without evaluating them again (Qwen4ExpModel::keep_verified): the histories before it, each GDN
 // layer's conv inputs and recurrent state after every token but the last, the PLE conv inputs.
 struct Qwen4ExpVerifyRecord {
   Qwen4ExpMark start;
@@ -95,8 +96,9 @@ class Qwen4ExpModel {
   // keep_verified (the GDN layers then step through the tokens one by one, as decode does).
   Tensor forward(Backend& be, Qwen4ExpState& state, std::span<const int32_t> tokens, LogitRows rows,
                  const TraceFn& trace = {}, Tensor* wide = nullptr, Qwen4ExpVerifyRecord* record = nullptr) const;
-  // After a forward() that filled `record`: keeps its first m tokens and takes the rest back, as if
-  // they had never been evaluated (the MTP cells' waiting residuals are trimmed to match).
+  // After a forward() that filled `record`: keeps its first m tokens (m >= 1: the first verified
+  // token is the one chosen from known logits) and takes the rest back, as if they had never been
+  // evaluated (the MTP cells' waiting residuals are trimmed to match).
   void keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4ExpVerifyRecord& record, int64_t m) const;
   // The MTP draft head (model-spec §4.10): cell i reads the trunk's wide residual at position i and
   // the token at i + 1, rotates at position i and writes the MTP layer's cache there. Runs cells

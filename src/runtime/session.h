@@ -96,8 +96,8 @@ class Session {
 
   // ---- speculative decoding (src/spec/speculative.h drives it) ----
   // verify() evaluates a token and the drafts after it, returning the logits of every one, and
-  // records what keep_verified(m) needs to keep the first m and take the rest back without
-  // evaluating anything again (Qwen4ExpVerifyRecord).
+  // records what keep_verified(m) needs to keep the first m (at least the token) and take the rest
+  // back without evaluating anything again (Qwen4ExpVerifyRecord).
   std::vector<float> verify(std::span<const int32_t> tokens);
   void keep_verified(int64_t m);
   // With the model's MTP head (model-spec §4.10), enabled before the first token: eval() and
