@@ -110,13 +110,9 @@ class Forward {
     // anything else reads R.
     PendingWrite pending;
     for (int64_t il = 0; il < hp_.n_layer; ++il) layer(il, w_.layers[il], R, pending);
-    if (wide || rows == LogitRows::None) {
+    if (wide) {
       write_pending(R, pending);
-      if (wide) *wide = R;
-    }
-    if (rows == LogitRows::None) {
-      for (SeqPart& p : parts_) p.st->n_past += p.n;
-      return {};
+      *wide = R;
     }
     const auto n_parts = static_cast<int64_t>(parts_.size());
     if (rows == LogitRows::Last && T_ > n_parts) {  // each sequence's last token
@@ -461,7 +457,6 @@ Qwen4ExpState Qwen4ExpState::clone(Backend& be) const {
   out.mtp_waiting = clone_tensor(be, mtp_waiting);
   return out;
 }
-
 
 void Qwen4ExpState::mark(Backend& be, Qwen4ExpMark& m) const {
   m.n_past = n_past;

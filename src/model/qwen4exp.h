@@ -75,7 +75,7 @@ struct Qwen4ExpVerifyRecord {
 // Receives named intermediates: name, layer (−1 outside layers), tensor [n, T]. Off when empty.
 using TraceFn = std::function<void(std::string_view name, int64_t layer, const Tensor& t)>;
 
-enum class LogitRows { All, Last, None };  // None: no final mixer or LM head (a state's advance alone)
+enum class LogitRows { All, Last };
 
 class Qwen4ExpModel {
  public:
@@ -90,7 +90,7 @@ class Qwen4ExpModel {
   Qwen4ExpState new_state(Backend& be, DType gdn_state = DType::F32) const;  // gdn_state: F32 or BF16
 
   // Consumes `tokens` at positions state.n_past.. and returns logits [n_vocab, rows] (all tokens,
-  // the last one only, or none: an empty tensor). One call is one chunk: the caller splits long prompts.
+  // or the last one only). One call is one chunk: the caller splits long prompts.
   // `wide`, when given, receives the wide residual after the last layer (before the final mixer)
   // of every token [W, T]: the MTP head's input. `record`, when given, is filled for
   // keep_verified (the GDN layers then step through the tokens one by one, as decode does).

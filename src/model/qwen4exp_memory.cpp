@@ -30,7 +30,7 @@ uint64_t Qwen4ExpModel::forward_bytes(int64_t T, LogitRows rows) const {
   const int64_t moe = hp.n_expert + 3 * hp.n_ff_shexp + 2 * k + 2 * H + 3 * k * hp.n_ff_exp + k * H + 2 * k;
   const int64_t ple = 4 * W + 3 * H;
   const int64_t per_token = resid + hc + std::max({gdn, qsa, moe, ple});
-  const int64_t logits = hp.n_vocab * (rows == LogitRows::All ? T : rows == LogitRows::Last ? 1 : 0);
+  const int64_t logits = hp.n_vocab * (rows == LogitRows::All ? T : 1);
   const int64_t gdn_rounds = kGdnRoundChunks * nv * (kGdnChunk * (3 * hp.ssm_k_head_dim + hp.ssm_v_head_dim) +
                                                       kGdnChunk * kGdnChunk + 1);
   const int64_t attend_splits = kAttendSplitRows * (hp.n_head / std::max<int64_t>(hp.n_head_kv, 1)) * (hp.head_dim + 2);

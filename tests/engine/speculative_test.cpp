@@ -138,11 +138,11 @@ TEST_P(Speculative, MtpCellsAtOnceEqualOneAtATime) {
   next.push_back(after);
   Qwen4ExpState whole = model.new_state(be), single = model.new_state(be);
   Tensor wide;
-  model.forward(be, whole, p, LogitRows::None, {}, &wide);
+  model.forward(be, whole, p, LogitRows::Last, {}, &wide);
   const std::vector<float> want = be.read_f32(model.mtp_forward(be, whole, wide, next, true));
   std::vector<float> got;
   for (size_t i = 0; i < p.size(); ++i) {
-    model.forward(be, single, std::span(&p[i], 1), LogitRows::None, {}, &wide);
+    model.forward(be, single, std::span(&p[i], 1), LogitRows::Last, {}, &wide);
     got = be.read_f32(model.mtp_forward(be, single, wide, std::span(&next[i], 1), true));
   }
   expect_within_tolerance(compare_logits(got, want, V_), GetParam() + " cells");
@@ -172,7 +172,7 @@ TEST_P(Speculative, MtpInputIsTheSpecsProjection) {
   const int32_t after = 123;
   Qwen4ExpState st = model.new_state(be);
   Tensor wide;
-  model.forward(be, st, p, LogitRows::None, {}, &wide);
+  model.forward(be, st, p, LogitRows::Last, {}, &wide);
   const std::vector<float> R = be.read_f32(wide);
   std::vector<float> traced;
   model.mtp_forward(be, st, wide.slice(1, 4, 1), std::span(&after, 1), false, nullptr,
