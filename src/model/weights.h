@@ -1,7 +1,8 @@
 // Binding a qwen4exp GGUF's tensors to typed weight views (model-spec §6.2). Every tensor of
 // qwen4exp_tensor_specs() must be present with its exact shape and a type the backends can read;
 // anything else is an Error naming the file and the tensor. The views point into the file's memory
-// map, so binding costs no copies and the n-gram table is paged in only where it is read.
+// map, so binding costs no copies (but for the MTP projection's two halves, a few MB) and the
+// n-gram table is paged in only where it is read.
 #pragma once
 
 #include <memory>
