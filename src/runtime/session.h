@@ -107,7 +107,6 @@ class Session {
   // on the one before's output residual and draft. Queued steps refuse such a session (they would
   // leave its MTP cache behind); eval_batch keeps its cache.
   void enable_mtp();
-  bool mtp_enabled() const { return mtp_; }
   std::vector<int32_t> draft_mtp(int32_t next, int64_t n);
 
   int64_t n_past() const { return state_.n_past; }
