@@ -17,7 +17,8 @@
 // "tgN draft K" decode speculatively (spec/speculative.h) with K drafts a round — the MTP head's
 // when the model has one, else the next K random ids — and a forced choice that keeps every draft
 // ("all kept") or none ("none kept"): the bounds of what verification costs, whatever the drafts'
-// quality; t/s counts the tokens emitted.
+// quality (K drafts every round: `run` and `serve` draft fewer after rejections); t/s counts the
+// tokens emitted.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -113,7 +114,7 @@ void speculative_rows(const BenchArgs& a, const std::shared_ptr<Engine>& engine,
         if (j >= drafts.size()) return ids[static_cast<size_t>(emitted) + j + 1];
         return keep_all ? drafts[j] : static_cast<int32_t>((drafts[j] + 1) % V);
       };
-      Speculator spec(s, drafter, a.draft);
+      Speculator spec(s, drafter, a.draft, DraftCount::Fixed);  // bounds: every round drafts K
       int32_t next = ids[0];
       auto t0 = Clock::now();
       while (emitted < a.n_gen) {

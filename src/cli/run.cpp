@@ -91,7 +91,8 @@ void run_run(const RunArgs& a) {
   std::optional<Speculator> speculator;
   if (a.draft > 0) {
     if (a.draft_from != "mtp" && a.draft_from != "lookup") fail("--draft-from ", a.draft_from, ": mtp or lookup");
-    speculator.emplace(session, a.draft_from == "mtp" ? mtp_drafter(session) : lookup_drafter(session), a.draft);
+    speculator.emplace(session, a.draft_from == "mtp" ? mtp_drafter(session) : lookup_drafter(session), a.draft,
+                       default_draft_count(a.draft_from));
   }
   StreamingDetokenizer detok(tok, /*skip_special=*/true);
   auto t0 = std::chrono::steady_clock::now();

@@ -295,7 +295,8 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
     slot.session = std::make_unique<Session>(engine_);
     if (options_.draft > 0) {
       Drafter drafter = options_.draft_from == "mtp" ? mtp_drafter(*slot.session) : lookup_drafter(*slot.session);
-      slot.speculator = std::make_unique<Speculator>(*slot.session, std::move(drafter), options_.draft);
+      slot.speculator = std::make_unique<Speculator>(*slot.session, std::move(drafter), options_.draft,
+                                                     default_draft_count(options_.draft_from));
     }
   }
   Session& session = *slot.session;

@@ -29,20 +29,40 @@ Drafter lookup_drafter(const Session& session, int64_t ngram) {
   };
 }
 
-Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts)
-    : session_(session), drafter_(std::move(drafter)), max_drafts_(max_drafts) {
+DraftCount default_draft_count(std::string_view draft_from) {
+  return draft_from == "mtp" ? DraftCount::Adaptive : DraftCount::Fixed;
+}
+
+Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts, DraftCount count)
+    : session_(session), drafter_(std::move(drafter)), max_drafts_(max_drafts), count_(count), want_(max_drafts) {
   if (max_drafts < 1) fail("speculative decoding: ", max_drafts, " drafts a round (at least 1)");
+}
+
+void Speculator::adapt(int64_t drafted, int64_t kept) {
+  if (count_ == DraftCount::Fixed) return;
+  if (drafted == 0) {  // paused (or a drafter with nothing to offer): try one again now and then
+    if (want_ == 0 && ++plain_rounds_ >= kProbeEvery) want_ = 1, plain_rounds_ = 0;
+    return;
+  }
+  misses_ = kept > 0 ? 0 : misses_ + 1;
+  if (kept == drafted)
+    want_ = std::min(max_drafts_, want_ + 1);
+  else if (kept > 0)
+    want_ = kept + 1;
+  else
+    want_ = misses_ >= kPauseAfter ? 0 : 1;
 }
 
 std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, int64_t limit,
                                        const std::function<bool()>& go_on) {
   if (limit < 1) fail("speculative round: a limit of ", limit, " tokens");
-  const int64_t most = std::min(max_drafts_, limit - 1);
-  std::vector<int32_t> drafts = drafter_(next, most);
+  const int64_t most = std::min(want_, limit - 1);
+  std::vector<int32_t> drafts = most > 0 ? drafter_(next, most) : std::vector<int32_t>();
   if (static_cast<int64_t>(drafts.size()) > most) drafts.resize(static_cast<size_t>(most));
   ++stats_.rounds;
   if (drafts.empty()) {  // a plain step: nothing to take back, so nothing to record
     const std::vector<float> logits = session_.eval(std::span(&next, 1));
+    adapt(0, 0);
     return {choose(logits)};
   }
   std::vector<int32_t> tokens{next};
@@ -59,6 +79,7 @@ std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, 
   session_.keep_verified(static_cast<int64_t>(out.size()));
   stats_.drafted += n;
   stats_.accepted += static_cast<int64_t>(out.size()) - 1;
+  adapt(n, static_cast<int64_t>(out.size()) - 1);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "runtime/session.h"
@@ -36,9 +37,20 @@ struct SpeculativeStats {
   int64_t rounds = 0, drafted = 0, accepted = 0;
 };
 
+// How many drafts a round asks for. Fixed: always the most. Adaptive: one more after a round
+// that kept them all, one more than were kept after a round that kept some, one after a round that
+// kept none — and none after kPauseAfter such rounds in a row (plain steps), with one draft tried
+// again every kProbeEvery rounds: drafts that are never right cost a verify pass now and then
+// instead of every round. The output does not depend on it. MTP drafts adapt (each costs a pass
+// of the MTP block); prompt-lookup drafts, free to make and offered only where the text matched,
+// are asked for in full (default_draft_count).
+enum class DraftCount { Fixed, Adaptive };
+DraftCount default_draft_count(std::string_view draft_from);  // "mtp" or "lookup"
+
 class Speculator {
  public:
-  Speculator(Session& session, Drafter drafter, int64_t max_drafts);
+  static constexpr int64_t kPauseAfter = 3, kProbeEvery = 8;
+  Speculator(Session& session, Drafter drafter, int64_t max_drafts, DraftCount count = DraftCount::Adaptive);
 
   // `next` (chosen from the last logits, not evaluated yet) joins the session with the drafts
   // accepted after it. Returns those drafts and then the token chosen where the walk stopped (not
@@ -49,9 +61,15 @@ class Speculator {
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
+  void adapt(int64_t drafted, int64_t kept);
+
   Session& session_;
   Drafter drafter_;
   int64_t max_drafts_;
+  DraftCount count_;
+  int64_t want_;            // drafts the next round asks for
+  int64_t misses_ = 0;        // rounds in a row that kept no draft
+  int64_t plain_rounds_ = 0;  // rounds without drafts since drafting paused
   SpeculativeStats stats_;
 };
 

@@ -62,9 +62,9 @@ class Speculative : public ::testing::TestWithParam<std::string> {
   // The same with a speculator on `drafter` (made for the session).
   std::vector<int32_t> speculative(const std::vector<int32_t>& p, int64_t n, const SamplerParams& sp,
                                    const std::function<Drafter(Session&)>& make_drafter, int64_t max_drafts,
-                                   SpeculativeStats* stats = nullptr) {
+                                   SpeculativeStats* stats = nullptr, DraftCount count = DraftCount::Adaptive) {
     Session s(engine_);
-    Speculator spec(s, make_drafter(s), max_drafts);
+    Speculator spec(s, make_drafter(s), max_drafts, count);
     Sampler sampler(sp);
     const ChooseToken choose = [&](std::span<const float> l) { return sampler.sample(l); };
     std::vector<float> logits = s.eval(p, {.all_logits = false});
@@ -234,6 +234,35 @@ TEST_P(Speculative, OutputIsPlainDecodings) {
     EXPECT_GT(stats.drafted, 0) << what;
     EXPECT_EQ(speculative(p, n, sp, [](Session& s) { return lookup_drafter(s); }, 3), want) << what << " lookup";
   }
+}
+
+// Drafts that are never right: a fixed count drafts every round, the adaptive count stops after
+// kPauseAfter rounds that keep nothing and tries one draft every kProbeEvery rounds; the output is
+// plain decoding's either way.
+TEST_P(Speculative, NeverRightDraftsPauseDrafting) {
+  auto p = prompt(10);
+  const int64_t n = 40;
+  const SamplerParams greedy{.temp = 0};
+  const std::vector<int32_t> want = plain(p, n, greedy);
+  const auto wrong = [&](Session& s) -> Drafter {
+    return [&](int32_t, int64_t k) {
+      const auto at = static_cast<size_t>(s.n_past() + 1 - static_cast<int64_t>(p.size()));
+      std::vector<int32_t> d;
+      for (int64_t i = 0; i < k; ++i) d.push_back((want[std::min(at + i, want.size() - 1)] + 1) % 512);
+      return d;
+    };
+  };
+  SpeculativeStats fixed, adaptive;
+  EXPECT_EQ(speculative(p, n, greedy, wrong, 4, &fixed, DraftCount::Fixed), want);
+  EXPECT_EQ(speculative(p, n, greedy, wrong, 4, &adaptive, DraftCount::Adaptive), want);
+  EXPECT_EQ(fixed.accepted, 0);
+  EXPECT_EQ(adaptive.accepted, 0);
+  EXPECT_EQ(fixed.rounds, n - 1);
+  EXPECT_GE(fixed.drafted, 4 * (n - 5));
+  // 4, then 1 until the pause, then a probe of 1 after every kProbeEvery plain rounds.
+  const int64_t before_pause = 4 + (Speculator::kPauseAfter - 1);
+  EXPECT_LE(adaptive.drafted, before_pause + n / Speculator::kProbeEvery);
+  EXPECT_GE(adaptive.drafted, before_pause + 2);
 }
 
 // A walk ends where the consumer says (a reply that ended at a token), even on a right draft; the
