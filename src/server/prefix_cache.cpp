@@ -111,6 +111,8 @@ size_t estimate_snapshot_bytes(const Qwen4ExpHparams& hp, int64_t n_tokens, DTyp
     }
   }
   if (!hp.ple_layers.empty()) floats += hp.hc_dim() * (hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
+  // The MTP layer's caches (dense attention: no pooled keys) and a waiting residual.
+  if (hp.n_layer_nextn) floats += capacity * (2 * hp.head_dim * hp.n_head_kv + hp.indexer_head_dim) + hp.hc_dim();
   return static_cast<size_t>(floats) * sizeof(float) + static_cast<size_t>(gdn_values) * dtype_bytes(gdn_state) +
          static_cast<size_t>(2 * n_tokens) * sizeof(int32_t) + 1024;
 }
