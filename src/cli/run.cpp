@@ -88,12 +88,8 @@ void run_run(const RunArgs& a) {
 
   Session session(engine);
   Sampler sampler(a.sampling);
-  std::optional<Speculator> speculator;
-  if (a.draft > 0) {
-    if (a.draft_from != "mtp" && a.draft_from != "lookup") fail("--draft-from ", a.draft_from, ": mtp or lookup");
-    speculator.emplace(session, a.draft_from == "mtp" ? mtp_drafter(session) : lookup_drafter(session), a.draft,
-                       default_draft_count(a.draft_from));
-  }
+  std::unique_ptr<Speculator> speculator;
+  if (a.draft > 0) speculator = make_speculator(session, a.draft_from, a.draft);
   StreamingDetokenizer detok(tok, /*skip_special=*/true);
   auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> prompt_logits = session.eval(prompt, {.chunk = a.chunk, .all_logits = false});
@@ -154,8 +150,8 @@ void run_run(const RunArgs& a) {
   if (speculator) {
     const SpeculativeStats& st = speculator->stats();
     std::fprintf(stderr, "; %s drafts accepted %lld of %lld (%.1f%%) in %lld rounds", a.draft_from.c_str(),
-                 (long long)st.accepted,
-                 (long long)st.drafted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, (long long)st.rounds);
+                 (long long)st.accepted, (long long)st.drafted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
+                 (long long)st.rounds);
   }
   std::fprintf(stderr, "\n");
 }

@@ -433,9 +433,8 @@ void reserve(Backend& be, const Qwen4ExpHparams& hp, Qwen4ExpState& st, int64_t 
 }
 
 Tensor clone_tensor(Backend& be, const Tensor& t) {
-  if (t.empty()) return t;
-  Tensor out = be.alloc(t.dtype(), t.ne());
-  be.copy(t, 0, out, 0, t.n_elements());
+  Tensor out;
+  copy_into(be, t, out);
   return out;
 }
 
@@ -548,6 +547,11 @@ void Qwen4ExpModel::keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4
   const int64_t waiting = state.n_past - state.mtp_n_past;  // MTP cells still waiting for their next token
   if (!state.mtp_waiting.empty())
     state.mtp_waiting = waiting > 0 ? state.mtp_waiting.slice(1, 0, waiting) : Tensor();
+}
+
+std::string Qwen4ExpModel::mtp_problem() const {
+  if (!w_.mtp_unusable.empty()) return w_.mtp_unusable;
+  return has_mtp() ? std::string() : cat(file_.source(), " has no MTP block (nextn_predict_layers)");
 }
 
 Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,

@@ -106,6 +106,9 @@ class Qwen4ExpModel {
   // Returns the last cell's draft logits [n_vocab, 1] (nothing unless `logits`) and puts its output
   // residual [W, 1] in *wide_out when given: the input of a following draft cell.
   bool has_mtp() const { return w_.mtp.has_value(); }
+  // Why this file cannot draft with MTP, naming it ("" when it can): no MTP block, or one whose
+  // projection cannot be split.
+  std::string mtp_problem() const;
   Tensor mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
                      bool logits, Tensor* wide_out = nullptr, const TraceFn& trace = {}) const;
   // One token for each of several sequences (distinct states), at each one's position: the products

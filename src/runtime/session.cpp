@@ -150,7 +150,6 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, const EvalOpti
     auto part = tokens.subspan(i, std::min(chunk, n - i));
     auto t0 = std::chrono::steady_clock::now();
     Tensor logits = forward(part, rows);
-    if (mtp_) mtp_cells(nullptr, nullptr);  // the cache over the chunk; its last position waits
     if (options.issue_seconds)
       *options.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Without all_logits only the last chunk's row is kept.
@@ -227,8 +226,7 @@ Tensor Session::mtp_cells(const int32_t* next, Tensor* wide_out) {
 
 void Session::enable_mtp() {
   const Qwen4ExpModel& model = engine_->model();
-  if (!model.weights().mtp_unusable.empty()) fail("MTP drafting: ", model.weights().mtp_unusable);
-  if (!model.has_mtp()) fail("MTP drafting: ", model.file().source(), " has no MTP block (nextn_predict_layers)");
+  if (const std::string why = model.mtp_problem(); !why.empty()) fail("MTP drafting: ", why);
   if (state_.n_past > 0) fail("MTP drafting is enabled before the first token (the session has ", n_past(), ")");
   mtp_ = true;
 }

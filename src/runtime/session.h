@@ -100,12 +100,13 @@ class Session {
   // back without evaluating anything again (Qwen4ExpVerifyRecord).
   std::vector<float> verify(std::span<const int32_t> tokens);
   void keep_verified(int64_t m);
-  // With the model's MTP head (model-spec §4.10), enabled before the first token: eval() and
-  // verify() then also advance the MTP layer's cache over every position whose next token is known,
-  // and draft_mtp(next, n) returns n draft tokens after `next` (the token chosen from the last
-  // logits, not yet evaluated): the cells of the positions still waiting, then n − 1 cells each
-  // on the one before's output residual and draft. Queued steps refuse such a session (they would
-  // leave its MTP cache behind); eval_batch keeps its cache.
+  // With the model's MTP head (model-spec §4.10), enabled before the first token: eval(), verify()
+  // and eval_batch then keep the trunk's residual of every position whose MTP cell waits, and run
+  // the cells whose next token is known in one pass once more than kMaxMtpWaiting wait;
+  // draft_mtp(next, n) returns n draft tokens after `next` (the token chosen from the last logits,
+  // not yet evaluated): the cells of the positions still waiting, then n − 1 cells each on the one
+  // before's output residual and draft. Queued steps refuse such a session (they would leave its
+  // MTP cache behind).
   void enable_mtp();
   std::vector<int32_t> draft_mtp(int32_t next, int64_t n);
 
@@ -123,8 +124,8 @@ class Session {
   // The trunk forward of `tokens` (with the MTP layer's bookkeeping when enabled) and the timeline.
   Tensor forward(std::span<const int32_t> tokens, LogitRows rows, Qwen4ExpVerifyRecord* record = nullptr);
   // Appends the trunk's residual of the positions just evaluated [W, n] to those whose MTP cells
-  // wait; past kMaxMtpWaiting of them, runs the cells whose next token is known (a long run of
-  // batched steps would otherwise keep a residual for every one).
+  // wait; past kMaxMtpWaiting of them, runs the cells whose next token is known in one pass (the
+  // residuals of a long prompt or of many steps are not all kept).
   void mtp_wait(const Tensor& wide);
   static constexpr int64_t kMaxMtpWaiting = 32;
   // Runs the MTP cells of the waiting positions whose next token is known (tokens_, then `next`

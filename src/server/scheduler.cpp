@@ -87,13 +87,7 @@ Scheduler::Scheduler(std::shared_ptr<Engine> engine, const Tokenizer& tokenizer,
   if (options_.n_slots < 1) fail("--parallel must be at least 1");
   if (options_.chunk < 1) fail("--chunk must be at least 1");
   if (options_.draft < 0) fail("--draft must be at least 0");
-  if (options_.draft > 0 && options_.draft_from != "mtp" && options_.draft_from != "lookup")
-    fail("--draft-from ", options_.draft_from, ": mtp or lookup");
-  if (options_.draft > 0 && options_.draft_from == "mtp") {
-    const Qwen4ExpModel& model = engine_->model();
-    if (!model.weights().mtp_unusable.empty()) fail("--draft-from mtp: ", model.weights().mtp_unusable);
-    if (!model.has_mtp()) fail("--draft-from mtp: ", model.file().source(), " has no MTP block");
-  }
+  if (options_.draft > 0) check_draft_source(engine_->model(), options_.draft_from);
   options_.step_tokens = std::max(options_.step_tokens, options_.chunk);
   slots_.resize(static_cast<size_t>(options_.n_slots));
   metrics_.slots_total = options_.n_slots;
@@ -293,11 +287,7 @@ void Scheduler::start_sequence(Pending& p, int slot_index) {
   Slot& slot = slots_[static_cast<size_t>(slot_index)];
   if (!slot.session) {
     slot.session = std::make_unique<Session>(engine_);
-    if (options_.draft > 0) {
-      Drafter drafter = options_.draft_from == "mtp" ? mtp_drafter(*slot.session) : lookup_drafter(*slot.session);
-      slot.speculator = std::make_unique<Speculator>(*slot.session, std::move(drafter), options_.draft,
-                                                     default_draft_count(options_.draft_from));
-    }
+    if (options_.draft > 0) slot.speculator = make_speculator(*slot.session, options_.draft_from, options_.draft);
   }
   Session& session = *slot.session;
   auto seq = std::make_unique<Sequence>();
@@ -412,7 +402,7 @@ void Scheduler::run_batch(std::vector<BatchEntry>& batch) {
   std::vector<Sequence*> together;
   for (BatchEntry& e : batch) {
     Sequence& seq = *e.seq;
-    if (seq.unfed && !batched_ && slots_[static_cast<size_t>(seq.slot)].speculator) {
+    if (seq.unfed && !batched_ && speculator_of(seq)) {
       speculate(seq);
       continue;
     }
@@ -510,7 +500,7 @@ void Scheduler::speculate(Sequence& seq) {
       return seq.last_token;
     };
     const int64_t limit = seq.task->task.max_tokens - seq.n_generated;
-    Speculator& speculator = *slots_[static_cast<size_t>(seq.slot)].speculator;
+    Speculator& speculator = *speculator_of(seq);
     const SpeculativeStats before = speculator.stats();
     speculator.round(next, choose, limit, [&] { return seq.phase == Sequence::Phase::decode; });
     metrics_.decode_ns += ns_since(t0);
@@ -578,7 +568,7 @@ void Scheduler::feed(Sequence& seq, int32_t token) {
   Session& session = session_of(seq);
   if (session.awaits_token()) {
     session.give_token(token);
-  } else if (batched_ || slots_[static_cast<size_t>(seq.slot)].speculator) {
+  } else if (batched_ || speculator_of(seq)) {
     seq.unfed = token;
   } else {
     session.queue_step();
@@ -606,6 +596,10 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, bool feed_last_token)
 bool Scheduler::commits(const Sequence& seq) const { return cache_.enabled() && seq.task->task.use_cache; }
 
 Session& Scheduler::session_of(const Sequence& seq) const { return *slots_[static_cast<size_t>(seq.slot)].session; }
+
+Speculator* Scheduler::speculator_of(const Sequence& seq) const {
+  return slots_[static_cast<size_t>(seq.slot)].speculator.get();
+}
 
 void Scheduler::finish_task_choice(TaskRun& t) {
   if (--t.choices_left > 0) return;

@@ -92,6 +92,7 @@ class Scheduler {
   void finish(Sequence& seq, FinishReason reason, bool feed_last_token);
   bool commits(const Sequence& seq) const;  // the reply's end goes into the prefix cache
   Session& session_of(const Sequence& seq) const;
+  Speculator* speculator_of(const Sequence& seq) const;  // null without drafts
   void finish_task_choice(TaskRun& task);
   void release(Sequence& seq);
   void fail_sequence(Sequence& seq, const std::string& message);

@@ -29,10 +29,6 @@ Drafter lookup_drafter(const Session& session, int64_t ngram) {
   };
 }
 
-DraftCount default_draft_count(std::string_view draft_from) {
-  return draft_from == "mtp" ? DraftCount::Adaptive : DraftCount::Fixed;
-}
-
 Speculator::Speculator(Session& session, Drafter drafter, int64_t max_drafts, DraftCount count)
     : session_(session), drafter_(std::move(drafter)), max_drafts_(max_drafts), count_(count), want_(max_drafts) {
   if (max_drafts < 1) fail("speculative decoding: ", max_drafts, " drafts a round (at least 1)");
@@ -81,6 +77,23 @@ std::vector<int32_t> Speculator::round(int32_t next, const ChooseToken& choose, 
   stats_.accepted += static_cast<int64_t>(out.size()) - 1;
   adapt(n, static_cast<int64_t>(out.size()) - 1);
   return out;
+}
+
+namespace {
+bool is_mtp_source(std::string_view from) {
+  if (from != "mtp" && from != "lookup") fail("--draft-from ", from, ": mtp or lookup");
+  return from == "mtp";
+}
+}  // namespace
+
+void check_draft_source(const Qwen4ExpModel& model, std::string_view from) {
+  if (!is_mtp_source(from)) return;
+  if (const std::string why = model.mtp_problem(); !why.empty()) fail("--draft-from mtp: ", why);
+}
+
+std::unique_ptr<Speculator> make_speculator(Session& session, std::string_view from, int64_t max_drafts) {
+  if (is_mtp_source(from)) return std::make_unique<Speculator>(session, mtp_drafter(session), max_drafts, DraftCount::Adaptive);
+  return std::make_unique<Speculator>(session, lookup_drafter(session), max_drafts, DraftCount::Fixed);
 }
 
 }  // namespace regolith

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -43,9 +44,8 @@ struct SpeculativeStats {
 // again every kProbeEvery rounds: drafts that are never right cost a verify pass now and then
 // instead of every round. The output does not depend on it. MTP drafts adapt (each costs a pass
 // of the MTP block); prompt-lookup drafts, free to make and offered only where the text matched,
-// are asked for in full (default_draft_count).
+// are asked for in full (make_speculator).
 enum class DraftCount { Fixed, Adaptive };
-DraftCount default_draft_count(std::string_view draft_from);  // "mtp" or "lookup"
 
 class Speculator {
  public:
@@ -72,5 +72,12 @@ class Speculator {
   int64_t plain_rounds_ = 0;  // rounds without drafts since drafting paused
   SpeculativeStats stats_;
 };
+
+// Throws unless `from` (--draft-from) names a source this model can draft from: "mtp" (a file with
+// a usable MTP block) or "lookup".
+void check_draft_source(const Qwen4ExpModel& model, std::string_view from);
+// A speculator on a session that has not evaluated a token yet, drafting from `from`: the MTP head
+// with an adaptive count, or prompt lookup with a fixed one.
+std::unique_ptr<Speculator> make_speculator(Session& session, std::string_view from, int64_t max_drafts);
 
 }  // namespace regolith
