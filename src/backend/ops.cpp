@@ -95,6 +95,12 @@ void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s
   expect_shape(s, {1, acc.ne(1), 1, 1}, "add_sigmoid_gated", "s");
 }
 
+void check_states_after(const GdnCoreArgs& a) {
+  const auto& ne = a.state->ne();
+  expect_shape(*a.states_after, {ne[0], ne[1], ne[2], std::max<int64_t>(a.qkv->ne(1) - 1, 1)}, "gdn_core", "states_after");
+  if (a.states_after->dtype() != a.state->dtype()) fail("gdn_core: states_after is not of the state's type");
+}
+
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out) {
   int64_t C = x.ne(0);
   if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
@@ -371,10 +377,27 @@ void Backend::qsa_prepare(const QsaPrepareArgs& a) {
 }
 
 void Backend::gdn_core(const GdnCoreArgs& a) {
+  if (a.states_after) return gdn_core_each_token(a);
   gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
   gdn_scan({.qkv = a.qkv, .g = a.g, .beta = a.beta, .state = a.state, .out = a.core, .n_k_heads = a.n_k_heads,
             .n_v_heads = a.n_v_heads, .dk = a.dk, .dv = a.dv});
   gated_rms_norm(*a.core, *a.z, *a.norm, a.eps, *a.out);
+}
+
+void Backend::gdn_core_each_token(const GdnCoreArgs& a) {
+  check_states_after(a);
+  const int64_t T = a.qkv->ne(1), n_state = a.state->n_elements();
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor qkv = a.qkv->slice(1, t, 1), alpha = a.alpha->slice(1, t, 1), beta_raw = a.beta_raw->slice(1, t, 1),
+                 z = a.z->slice(1, t, 1);
+    Tensor g = a.g->slice(1, t, 1), beta = a.beta->slice(1, t, 1), core = a.core->slice(1, t, 1),
+           out = a.out->slice(1, t, 1);
+    GdnCoreArgs one = a;
+    one.qkv = &qkv, one.alpha = &alpha, one.beta_raw = &beta_raw, one.z = &z, one.states_after = nullptr;
+    one.g = &g, one.beta = &beta, one.core = &core, one.out = &out;
+    gdn_core(one);
+    if (t + 1 < T) copy(*a.state, 0, *a.states_after, t * n_state, n_state);
+  }
 }
 
 void Backend::gdn_scan(const GdnScanArgs& a) {

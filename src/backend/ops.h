@@ -153,6 +153,9 @@ struct GdnCoreArgs {
   Tensor* beta = nullptr;            // out [nv, T]
   Tensor* core = nullptr;            // out [dv·nv, T]: the scan's output
   Tensor* out = nullptr;             // out [dv·nv, T]
+  // Set for a verify pass: the tokens step one at a time, as decode does (not the chunked scan),
+  // and out [dv, dk, nv, T − 1] (the state's type) receives the state after each but the last.
+  Tensor* states_after = nullptr;
 };
 
 // Pools complete indexer blocks [block_begin, block_end) (model-spec §4.5).
@@ -253,6 +256,7 @@ void check_rms_norm(const Tensor& x, const Weight* w, int64_t group, const Tenso
 void check_rope(const Tensor& x, std::span<const int64_t> positions, int64_t n_rot);
 void check_swiglu(const Tensor& g, const Tensor& u, const Tensor& out);
 void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s);
+void check_states_after(const GdnCoreArgs& a);
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
 void check_hc_read(const HcReadArgs& a);
 void check_qsa_prepare(const QsaPrepareArgs& a);
@@ -374,7 +378,8 @@ class Backend {
   virtual void gdn_scan(const GdnScanArgs& a);
   // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z), per head of x [dv, nv, T]; w {dv} plain gamma.
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) = 0;
-  // What model code calls. The default runs gdn_gates, gdn_scan and gated_rms_norm; a backend may fuse.
+  // What model code calls. The default runs gdn_gates, gdn_scan and gated_rms_norm (a token at a
+  // time with a.states_after); a backend may fuse.
   virtual void gdn_core(const GdnCoreArgs& a);
 
   // ---- QSA ----
@@ -397,6 +402,10 @@ class Backend {
   // out[s·H + d, t] = sigmoid(ssqrt(key_s·qry_s / sqrt(H)))·val[d, t], ssqrt(x) = sign(x)·sqrt(max(|x|, 1e-6)).
   // key, qry [W, T] (normed), val [H, T], out [W, T].
   virtual void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) = 0;
+
+ private:
+  // gdn_core with states_after: one gdn_core a token, the state copied after each but the last.
+  void gdn_core_each_token(const GdnCoreArgs& a);
 };
 
 // Which backend to make: its name ("ref", "cpu", "cuda", or "auto": cuda when this build has it

@@ -300,26 +300,19 @@ class Forward {
       Tensor g_p = of(g, p), beta_p = of(beta, p), o_p = of(o, p), on_p = of(on, p);
       be_.causal_conv(of(qkv, p), ls.conv, w.conv, 1, u_p);
       // Gates, the delta-rule scan and the gated output norm.
-      auto core = [&](const Tensor& u_c, const Tensor& alpha_c, const Tensor& beta_raw_c, const Tensor& z_c, Tensor& g_c,
-                      Tensor& beta_c, Tensor& o_c, Tensor& on_c) {
-        be_.gdn_core({.qkv = &u_c, .alpha = &alpha_c, .beta_raw = &beta_raw_c, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias,
-                      .z = &z_c, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = &ls.ssm,
-                      .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
-                      .dv = hp_.ssm_v_head_dim, .g = &g_c, .beta = &beta_c, .core = &o_c, .out = &on_c});
-      };
-      if (!record_) {
-        core(u_p, alpha_p, beta_raw_p, z_p, g_p, beta_p, o_p, on_p);
-        continue;
+      GdnCoreArgs core{.qkv = &u_p, .alpha = &alpha_p, .beta_raw = &beta_raw_p, .ssm_a = &w.ssm_a,
+                       .dt_bias = &w.dt_bias, .z = &z_p, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps),
+                       .state = &ls.ssm, .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
+                       .dv = hp_.ssm_v_head_dim, .g = &g_p, .beta = &beta_p, .core = &o_p, .out = &on_p};
+      if (record_) {  // verified tokens step one at a time; keep_verified takes the state after any
+        record_->conv_inputs[il] = qkv;
+        Tensor& after = record_->states[il];
+        const auto& ne = ls.ssm.ne();
+        const std::array<int64_t, 4> shape{ne[0], ne[1], ne[2], std::max<int64_t>(p.n - 1, 1)};
+        if (after.empty() || after.dtype() != ls.ssm.dtype() || after.ne() != shape) after = be_.alloc(ls.ssm.dtype(), shape);
+        core.states_after = &after;
       }
-      // Verified tokens: one step each, the state after each but the last kept for keep_verified.
-      record_->conv_inputs[il] = qkv;
-      record_->states[il].resize(static_cast<size_t>(p.n - 1));
-      for (int64_t t = 0; t < p.n; ++t) {
-        Tensor g_t = g_p.slice(1, t, 1), beta_t = beta_p.slice(1, t, 1), o_t = o_p.slice(1, t, 1), on_t = on_p.slice(1, t, 1);
-        core(u_p.slice(1, t, 1), alpha_p.slice(1, t, 1), beta_raw_p.slice(1, t, 1), z_p.slice(1, t, 1), g_t, beta_t, o_t,
-             on_t);
-        if (t + 1 < p.n) copy_into(be_, ls.ssm, record_->states[il][static_cast<size_t>(t)]);
-      }
+      be_.gdn_core(core);
     }
     trace("gdn.conv", il, u);
     trace("gdn.g", il, g);
@@ -532,7 +525,8 @@ void Qwen4ExpModel::keep_verified(Backend& be, Qwen4ExpState& state, const Qwen4
     Qwen4ExpLayerState& ls = state.layers[static_cast<size_t>(il)];
     const auto i = static_cast<size_t>(il);
     if (hp_.is_recurrent[il]) {
-      copy_into(be, record.states[i][static_cast<size_t>(m - 1)], ls.ssm);
+      const int64_t n_state = ls.ssm.n_elements();
+      be.copy(record.states[i], (m - 1) * n_state, ls.ssm, 0, n_state);
       history_after(be, record.start.conv[i], record.conv_inputs[i], m, ls.conv);
     } else {  // blocks that a taken-back position completed are pooled again when completed again
       ls.n_pooled = std::min(ls.n_pooled, state.n_past / hp_.compress_ratios[il]);

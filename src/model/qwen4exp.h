@@ -68,7 +68,7 @@ struct Qwen4ExpVerifyRecord {
   Qwen4ExpMark start;
   std::vector<int32_t> tokens;
   std::vector<Tensor> conv_inputs;          // per layer: GDN [C, T]
-  std::vector<std::vector<Tensor>> states;  // per layer: GDN, after tokens 0 .. T − 2
+  std::vector<Tensor> states;               // per layer: GDN [dv, dk, nv, T − 1], after tokens 0 .. T − 2
   Tensor ple_inputs;                        // [W, T]
 };
 

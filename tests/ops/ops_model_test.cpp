@@ -187,6 +187,74 @@ TEST_P(ModelOps, GdnGatesAndGatedNorm) {
   }
 }
 
+// A verify pass's gdn_core (states_after set) equals one-token gdn_core calls with the state copied
+// after each token, bit for bit: outputs, final state and the states after each token but the last,
+// for FP32 and BF16 states (each token starts from the state as a step would have stored it).
+TEST_P(ModelOps, StatesAfterEqualOneTokenSteps) {
+  const int64_t nk = 2, nv = 4, dk = 128, dv = 40, C = 2 * nk * dk + nv * dv, T = 5;
+  auto ssm_a = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 501, 2.0f));
+  auto dt = make_weight("dt_bias", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 502));
+  auto norm = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 503));
+  const auto x = random_values(C * T, 504), alpha = random_values(nv * T, 505), beta_raw = random_values(nv * T, 506, 3.0f),
+             z = random_values(dv * nv * T, 507), start = random_values(dv * dk * nv, 508, 0.3f);
+  const int64_t n = dv * dk * nv;
+  const auto bytes_of = [&](const Tensor& t) {
+    std::vector<uint8_t> b(t.n_bytes());
+    be->read(t, b.data(), b.size());
+    return b;
+  };
+  for (DType type : {DType::F32, DType::BF16}) {
+    // Run 0 passes states_after, run 1 steps a token at a time; both from the same state.
+    std::vector<float> outputs[2][4];
+    std::vector<uint8_t> final_state[2], after[2];
+    for (int run = 0; run < 2; ++run) {
+      Tensor state = be->alloc(type, {dv, dk, nv, 1}), states_after = be->alloc(type, {dv, dk, nv, T - 1});
+      Tensor start_f32 = upload(*be, start, {dv, dk, nv, 1});
+      if (type == DType::F32) {
+        be->copy(start_f32, 0, state, 0, n);
+      } else {
+        std::vector<uint16_t> bits(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) bits[i] = f32_to_bf16(start[i]);
+        be->write(state, bits.data(), bits.size() * sizeof(uint16_t));
+      }
+      Tensor tx = upload(*be, x, {C, T, 1, 1}), ta = upload(*be, alpha, {nv, T, 1, 1}),
+             tb = upload(*be, beta_raw, {nv, T, 1, 1}), tz = upload(*be, z, {dv * nv, T, 1, 1});
+      Tensor g = be->alloc_f32(nv, T), beta = be->alloc_f32(nv, T), core = be->alloc_f32(dv * nv, T),
+             out = be->alloc_f32(dv * nv, T);
+      const auto args = [&](const Tensor& x_, const Tensor& a_, const Tensor& b_, const Tensor& z_, Tensor& g_,
+                            Tensor& beta_, Tensor& core_, Tensor& out_) {
+        return GdnCoreArgs{.qkv = &x_, .alpha = &a_, .beta_raw = &b_, .ssm_a = &ssm_a->w, .dt_bias = &dt->w, .z = &z_,
+                           .norm = &norm->w, .eps = 1e-6f, .state = &state, .n_k_heads = nk, .n_v_heads = nv, .dk = dk,
+                           .dv = dv, .g = &g_, .beta = &beta_, .core = &core_, .out = &out_};
+      };
+      if (run == 0) {
+        GdnCoreArgs a = args(tx, ta, tb, tz, g, beta, core, out);
+        Tensor wrong = be->alloc(type, {dv, dk, nv, T});
+        a.states_after = &wrong;
+        EXPECT_THROW(be->gdn_core(a), Error) << "states_after of T states";
+        a.states_after = &states_after;
+        be->gdn_core(a);
+      } else {
+        for (int64_t t = 0; t < T; ++t) {
+          const auto col = [&](const Tensor& v) { return v.slice(1, t, 1); };
+          Tensor g_t = col(g), beta_t = col(beta), core_t = col(core), out_t = col(out);
+          be->gdn_core(args(col(tx), col(ta), col(tb), col(tz), g_t, beta_t, core_t, out_t));
+          if (t + 1 < T) be->copy(state, 0, states_after, t * n, n);
+        }
+      }
+      int o = 0;
+      for (const Tensor* t : {&g, &beta, &core, &out}) outputs[run][o++] = be->read_f32(*t);
+      final_state[run] = bytes_of(state);
+      after[run] = bytes_of(states_after);
+    }
+    const std::string what = type == DType::F32 ? "F32 state" : "BF16 state";
+    const char* names[] = {"g", "beta", "core", "out"};
+    for (int o = 0; o < 4; ++o) EXPECT_EQ(outputs[0][o], outputs[1][o]) << names[o] << ", " << what;
+    EXPECT_EQ(final_state[0], final_state[1]) << "final state, " << what;
+    EXPECT_EQ(after[0], after[1]) << "states after each token, " << what;
+  }
+}
+
 TEST_P(ModelOps, QsaPoolSelectAttend) {
   int64_t d = 8, ratio = 4, n = 23, nb = n / ratio, n_rot = 4, nh_i = 3;
   float theta = 1e4f;

@@ -72,6 +72,7 @@ struct GdnCoreExtras {
   float* normed = nullptr;
   QuantizeTarget normed_q8;
   unsigned* done = nullptr;
+  void* states_after = nullptr;  // GdnCoreArgs::states_after (the state's type), with kStatesAfter
 };
 
 constexpr int kStepWarps = 8;
@@ -82,6 +83,15 @@ __device__ __forceinline__ double load_state(const float* p) { return *p; }
 __device__ __forceinline__ double load_state(const uint16_t* p) { return bf16(*p); }
 __device__ __forceinline__ void store_state(float* p, double v) { *p = static_cast<float>(v); }
 __device__ __forceinline__ void store_state(uint16_t* p, double v) { *p = bf16_bits(static_cast<float>(v)); }
+// Stores v at p and returns the value stored: the next token then starts from what a one-token
+// step would have loaded.
+template <typename State>
+__device__ __forceinline__ double store_and_reload(State* p, double v) {
+  State stored;
+  store_state(&stored, v);
+  *p = stored;
+  return load_state(&stored);
+}
 
 __global__ void widen_bf16_kernel(const uint16_t* in, int64_t n, float* out) {
   grid_dependency_wait();
@@ -99,8 +109,10 @@ __global__ void narrow_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
 // warp w holds the key rows i ≡ w (mod kStepWarps) of those columns in registers, in FP64 as the
 // reference computes (kRows per thread bounds dk). Every row load is one 128-byte line, and the
 // 8 warps × kRows loads of a block are all in flight at once. The two sums over i (S^T k, S^T q)
-// are per-warp partials added in warp order through shared memory.
-template <int kRows, typename State>
+// are per-warp partials added in warp order through shared memory. With kStatesAfter (a verify
+// pass) it also stores the state after each token but the last in x.states_after; decode's
+// instance is compiled without that code.
+template <int kRows, typename State, bool kStatesAfter>
 __global__ void __launch_bounds__(kStepWarps * 32)
     gdn_scan_kernel(const float* qkv, const float* g, const float* beta, State* state, float* out, int64_t T,
                     int64_t nk, int64_t nv, int64_t dk, int64_t dv, GdnCoreExtras x) {
@@ -185,6 +197,16 @@ __global__ void __launch_bounds__(kStepWarps * 32)
         o += S[r] * q[i];
       }
     }
+    if constexpr (kStatesAfter) {
+      if (t + 1 < T) {
+        State* after = static_cast<State*>(x.states_after) + (t * nv + h) * dk * dv;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t i = warp + r * kStepWarps;
+          if (active && i < dk) S[r] = store_and_reload(after + i * dv + j, S[r]);
+        }
+      }
+    }
     __syncthreads();  // every warp has read part
     part[warp][lane] = o;
     __syncthreads();
@@ -261,12 +283,15 @@ __global__ void __launch_bounds__(256)
 // With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes.
 template <int kRows>
 void launch_scan_rows(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream) {
-  dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
-  const float *g = a.g->f32(), *beta = a.beta->f32();
-  if (a.state->dtype() == DType::BF16)
-    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, uint16_t>, grid, kStepWarps * 32, 0, a.qkv->f32(), g, beta, a.state->bf16(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
+  const dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
+  const auto scan = [&](auto kernel, auto* state) {
+    launch(stream, "gdn_scan_kernel", kernel, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), state, a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
+  };
+  const bool bf16 = a.state->dtype() == DType::BF16;
+  if (x.states_after)
+    bf16 ? scan(gdn_scan_kernel<kRows, uint16_t, true>, a.state->bf16()) : scan(gdn_scan_kernel<kRows, float, true>, a.state->f32());
   else
-    launch(stream, "gdn_scan_kernel", gdn_scan_kernel<kRows, float>, grid, kStepWarps * 32, 0, a.qkv->f32(), g, beta, a.state->f32(), a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
+    bf16 ? scan(gdn_scan_kernel<kRows, uint16_t, false>, a.state->bf16()) : scan(gdn_scan_kernel<kRows, float, false>, a.state->f32());
 }
 
 void launch_scan(const GdnScanArgs& a, cudaStream_t stream, const GdnCoreExtras& x = {}) {
@@ -858,8 +883,9 @@ void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
 }
 
 void CudaBackend::gdn_core(const GdnCoreArgs& a) {
-  if (a.qkv->ne(1) != 1) return Backend::gdn_core(a);
-  OpScope scope(profiler_, "gdn_core", 1, stream_);
+  if (a.qkv->ne(1) != 1 && !a.states_after) return Backend::gdn_core(a);
+  OpScope scope(profiler_, "gdn_core", a.qkv->ne(1), stream_);
+  if (a.states_after) check_states_after(a);
   check_gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
   check_gated_rms_norm(*a.core, *a.z, *a.norm, *a.out);
   if (a.norm->n_elements() != a.dv) fail("gdn_core: norm weight of ", a.norm->n_elements(), " for value heads of ", a.dv);
@@ -869,7 +895,10 @@ void CudaBackend::gdn_core(const GdnCoreArgs& a) {
   const GdnCoreExtras x{.alpha = a.alpha->f32(), .beta_raw = a.beta_raw->f32(), .A = values(*a.ssm_a),
                         .dt = values(*a.dt_bias), .g_out = a.g->f32(), .beta_out = a.beta->f32(), .z = a.z->f32(),
                         .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(),
-                        .normed_q8 = a.dv % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{}, .done = counters(a.n_v_heads)};
+                        .normed_q8 = a.dv % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{}, .done = counters(a.n_v_heads),
+                        .states_after = !a.states_after                      ? nullptr
+                                        : a.state->dtype() == DType::BF16 ? static_cast<void*>(a.states_after->bf16())
+                                                                          : static_cast<void*>(a.states_after->f32())};
   launch_scan(scan, stream_, x);
 }
 
