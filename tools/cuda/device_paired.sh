@@ -15,7 +15,7 @@
 # tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
 # SERVE (e.g. "1,4") then times `regolith serve` of every run with that many streams at once
 # (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds). SPEC (e.g. "1 3")
-# writes the same model with an MTP block and times the tree's speculative decode on it with that
+# writes the same model with an MTP block and times every run's speculative decode on it with that
 # many drafts a round (`bench --draft K`: every draft kept, and none).
 #   tools/cuda/device_paired.sh
 # Past DEADLINE seconds (default 540: a device call ends at 600, and what it printed is lost with
@@ -120,9 +120,11 @@ if [ -n "${SPEC:-}" ] && ! late; then
   [ -f "$mtp_model" ] || /tmp/b/regolith mkmodel --preset flash-next --experts 64 --type q8_0 \
     --tensor-type expert_gate_up=q4_k --repeat-experts --mtp -o "$mtp_model" >"$out/mkmodel_mtp.txt" 2>&1
   for k in $SPEC; do
-    late && break
-    echo "== tree, speculative, $k drafts a round (at $(since))"
-    /tmp/b/regolith bench -m "$mtp_model" --backend cuda -p 0 -n 64 -r 2 --draft "$k" 2>&1 | grep -E "^\| tg|kept\)"
+    for r in "${runs[@]}"; do
+      late && break 2
+      echo "== $r, speculative, $k drafts a round (at $(since))"
+      run_as "$r" bench -m "$mtp_model" --backend cuda -p 0 -n 64 -r 2 --draft "$k" 2>&1 | grep -E "^\| tg|kept\)"
+    done
   done
 fi
 echo "done at $(since)"
