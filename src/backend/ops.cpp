@@ -95,9 +95,13 @@ void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s
   expect_shape(s, {1, acc.ne(1), 1, 1}, "add_sigmoid_gated", "s");
 }
 
+std::array<int64_t, 4> states_after_shape(const Tensor& state, int64_t T) {
+  const auto& ne = state.ne();
+  return {ne[0], ne[1], ne[2], std::max<int64_t>(T - 1, 1)};
+}
+
 void check_states_after(const GdnCoreArgs& a) {
-  const auto& ne = a.state->ne();
-  expect_shape(*a.states_after, {ne[0], ne[1], ne[2], std::max<int64_t>(a.qkv->ne(1) - 1, 1)}, "gdn_core", "states_after");
+  expect_shape(*a.states_after, states_after_shape(*a.state, a.qkv->ne(1)), "gdn_core", "states_after");
   if (a.states_after->dtype() != a.state->dtype()) fail("gdn_core: states_after is not of the state's type");
 }
 

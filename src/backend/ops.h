@@ -256,6 +256,8 @@ void check_rms_norm(const Tensor& x, const Weight* w, int64_t group, const Tenso
 void check_rope(const Tensor& x, std::span<const int64_t> positions, int64_t n_rot);
 void check_swiglu(const Tensor& g, const Tensor& u, const Tensor& out);
 void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s);
+// GdnCoreArgs::states_after's shape for T tokens of `state` (one state at least, unused at T = 1).
+std::array<int64_t, 4> states_after_shape(const Tensor& state, int64_t T);
 void check_states_after(const GdnCoreArgs& a);
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
 void check_hc_read(const HcReadArgs& a);

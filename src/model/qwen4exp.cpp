@@ -63,13 +63,18 @@ struct SeqPart {
   std::vector<int64_t> positions;  // set by Forward
 };
 
+// t ← a tensor of that dtype and shape: t itself when it has them (a buffer reused from call to call).
+void reuse_or_alloc(Backend& be, Tensor& t, DType dtype, const std::array<int64_t, 4>& ne) {
+  if (t.empty() || t.dtype() != dtype || t.ne() != ne) t = be.alloc(dtype, ne);
+}
+
 // dst ← src, reusing dst's storage when it has src's shape.
 void copy_into(Backend& be, const Tensor& src, Tensor& dst) {
   if (src.empty()) {
     dst = {};
     return;
   }
-  if (dst.empty() || dst.dtype() != src.dtype() || dst.ne() != src.ne()) dst = be.alloc(src.dtype(), src.ne());
+  reuse_or_alloc(be, dst, src.dtype(), src.ne());
   be.copy(src, 0, dst, 0, src.n_elements());
 }
 
@@ -307,9 +312,7 @@ class Forward {
       if (record_) {  // verified tokens step one at a time; keep_verified takes the state after any
         record_->conv_inputs[il] = qkv;
         Tensor& after = record_->states[il];
-        const auto& ne = ls.ssm.ne();
-        const std::array<int64_t, 4> shape{ne[0], ne[1], ne[2], std::max<int64_t>(p.n - 1, 1)};
-        if (after.empty() || after.dtype() != ls.ssm.dtype() || after.ne() != shape) after = be_.alloc(ls.ssm.dtype(), shape);
+        reuse_or_alloc(be_, after, ls.ssm.dtype(), states_after_shape(ls.ssm, p.n));
         core.states_after = &after;
       }
       be_.gdn_core(core);
