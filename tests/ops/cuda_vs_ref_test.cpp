@@ -506,7 +506,7 @@ TEST_F(CudaVsRef, MulMatDecodeLongRows) {
   int64_t K = 2560, N = 37;
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K}) {
     auto w = make_weight("w", type, {K, N, 1, 1}, random_values(K * N, 5, 0.2f));
-    for (int64_t T : {1, 2, 3, 6}) {
+    for (int64_t T : {1, 2, 3, 6, 8}) {
       auto x = random_values(K * T, 200 + T);
       expect_products(*w, x, T, run_mul_mat(*cuda, *w, x, T), run_mul_mat(*cuda_exact, *w, x, T),
                       "long rows " + std::string(type_name(type)) + " T=" + std::to_string(T));

@@ -138,7 +138,8 @@ void launch_gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const
   launch(stream, "gemv_kernel", gemv_kernel<U, R, TB, X>, b.first_block[ms.size()], balanced_threads(K / kUnit, kGemvMaxThreads), 0, b, K, x.from_token(t0), T);
 }
 
-// Decode products through the unit loaders: one pass for up to 4 tokens, passes of 4 beyond. One
+// Decode products through the unit loaders: one pass for up to 4 tokens, and on int8 activations
+// (a token's share of a unit is five registers, not sixteen) for up to 8; passes of 4 beyond. One
 // token takes blocks of 4 rows on FP32 activations, 2 on int8 ones: a block reads all of x, and
 // int8 codes cost it a quarter of the FP32 bytes, so more blocks of fewer rows pay (H200: decode
 // 188.0 → 191.5 tok/s on the benchmark model; with FP32 activations 2 rows were slower).
@@ -147,6 +148,8 @@ void gemv(std::span<const DeviceMatrix* const> ms, std::span<float* const> outs,
           cudaStream_t stream) {
   if (T == 1) return launch_gemv<U, std::is_same_v<X, Int8X> ? 2 : 4, 1>(ms, outs, K, x, 0, 1, stream);
   if (T == 2) return launch_gemv<U, 2, 2>(ms, outs, K, x, 0, 2, stream);
+  if (std::is_same_v<X, Int8X> && T > 4 && T <= kMatvecMaxTokens)
+    return launch_gemv<U, 2, kMatvecMaxTokens>(ms, outs, K, x, 0, static_cast<int>(T), stream);
   for (int64_t t0 = 0; t0 < T; t0 += 4)
     launch_gemv<U, 2, 4>(ms, outs, K, x, t0, static_cast<int>(std::min<int64_t>(4, T - t0)), stream);
 }
