@@ -105,6 +105,10 @@ void check_states_after(const GdnCoreArgs& a) {
   if (a.states_after->dtype() != a.state->dtype()) fail("gdn_core: states_after is not of the state's type");
 }
 
+void check_columns(int64_t columns, size_t states, const char* op) {
+  if (columns != static_cast<int64_t>(states)) fail(op, ": ", columns, " columns with ", states, " sequence states");
+}
+
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out) {
   int64_t C = x.ne(0);
   if (w.ne[1] != C) fail("causal_conv: ", w.name, " has ", w.ne[1], " channels, input has ", C);
@@ -388,19 +392,49 @@ void Backend::gdn_core(const GdnCoreArgs& a) {
   gated_rms_norm(*a.core, *a.z, *a.norm, a.eps, *a.out);
 }
 
+namespace {
+
+// Column t of a GdnCoreArgs' tensors, as the args of a one-token gdn_core.
+struct GdnCoreColumn {
+  Tensor qkv, alpha, beta_raw, z, g, beta, core, out;
+  GdnCoreArgs args;
+  GdnCoreColumn(const GdnCoreArgs& a, int64_t t)
+      : qkv(a.qkv->slice(1, t, 1)), alpha(a.alpha->slice(1, t, 1)), beta_raw(a.beta_raw->slice(1, t, 1)),
+        z(a.z->slice(1, t, 1)), g(a.g->slice(1, t, 1)), beta(a.beta->slice(1, t, 1)), core(a.core->slice(1, t, 1)),
+        out(a.out->slice(1, t, 1)), args(a) {
+    args.qkv = &qkv, args.alpha = &alpha, args.beta_raw = &beta_raw, args.z = &z;
+    args.g = &g, args.beta = &beta, args.core = &core, args.out = &out, args.states_after = nullptr;
+  }
+  GdnCoreColumn(const GdnCoreColumn&) = delete;
+  GdnCoreColumn& operator=(const GdnCoreColumn&) = delete;
+};
+
+}  // namespace
+
 void Backend::gdn_core_each_token(const GdnCoreArgs& a) {
   check_states_after(a);
   const int64_t T = a.qkv->ne(1), n_state = a.state->n_elements();
   for (int64_t t = 0; t < T; ++t) {
-    const Tensor qkv = a.qkv->slice(1, t, 1), alpha = a.alpha->slice(1, t, 1), beta_raw = a.beta_raw->slice(1, t, 1),
-                 z = a.z->slice(1, t, 1);
-    Tensor g = a.g->slice(1, t, 1), beta = a.beta->slice(1, t, 1), core = a.core->slice(1, t, 1),
-           out = a.out->slice(1, t, 1);
-    GdnCoreArgs one = a;
-    one.qkv = &qkv, one.alpha = &alpha, one.beta_raw = &beta_raw, one.z = &z, one.states_after = nullptr;
-    one.g = &g, one.beta = &beta, one.core = &core, one.out = &out;
-    gdn_core(one);
+    gdn_core(GdnCoreColumn(a, t).args);
     if (t + 1 < T) copy(*a.state, 0, *a.states_after, t * n_state, n_state);
+  }
+}
+
+void Backend::gdn_core_columns(const GdnCoreArgs& a, std::span<Tensor* const> states) {
+  check_columns(a.qkv->ne(1), states.size(), "gdn_core_columns");
+  for (int64_t t = 0; t < a.qkv->ne(1); ++t) {
+    GdnCoreColumn column(a, t);
+    column.args.state = states[static_cast<size_t>(t)];
+    gdn_core(column.args);
+  }
+}
+
+void Backend::causal_conv_columns(const Tensor& x, std::span<Tensor* const> histories, const Weight& w,
+                                  int64_t dilation, Tensor& out) {
+  check_columns(x.ne(1), histories.size(), "causal_conv_columns");
+  for (int64_t t = 0; t < x.ne(1); ++t) {
+    Tensor o = out.slice(1, t, 1);
+    causal_conv(x.slice(1, t, 1), *histories[t], w, dilation, o);
   }
 }
 

@@ -259,6 +259,8 @@ void check_add_sigmoid_gated(const Tensor& acc, const Tensor& x, const Tensor& s
 // GdnCoreArgs::states_after's shape for T tokens of `state` (one state at least, unused at T = 1).
 std::array<int64_t, 4> states_after_shape(const Tensor& state, int64_t T);
 void check_states_after(const GdnCoreArgs& a);
+// The columns ops' one state per column.
+void check_columns(int64_t columns, size_t states, const char* op);
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
 void check_hc_read(const HcReadArgs& a);
 void check_qsa_prepare(const QsaPrepareArgs& a);
@@ -360,6 +362,11 @@ class Backend {
   // sequence [history | x]; history [C, (K−1)·dilation] (oldest row first) is updated to the last
   // (K−1)·dilation inputs. x [C, T], w {K, C}; K and dilation at least 1.
   virtual void causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) = 0;
+  // causal_conv of one token each of several sequences: column t of x and out is sequence t's,
+  // whose history is histories[t] (a batched decode step). The default runs causal_conv a column
+  // at a time; a backend may run them all at once.
+  virtual void causal_conv_columns(const Tensor& x, std::span<Tensor* const> histories, const Weight& w,
+                                   int64_t dilation, Tensor& out);
 
   // ---- hyper-connections ----
   virtual void hc_read(const HcReadArgs& a) = 0;
@@ -383,6 +390,10 @@ class Backend {
   // What model code calls. The default runs gdn_gates, gdn_scan and gated_rms_norm (a token at a
   // time with a.states_after); a backend may fuse.
   virtual void gdn_core(const GdnCoreArgs& a);
+  // gdn_core of one token each of several sequences: column t of every tensor of a is sequence t's,
+  // whose recurrent state is states[t] (a.state is unused). The default runs gdn_core a column at a
+  // time; a backend may run them all at once.
+  virtual void gdn_core_columns(const GdnCoreArgs& a, std::span<Tensor* const> states);
 
   // ---- QSA ----
   // qg [2·hd, nh, T] (per head: hd query values then hd gate values) -> q, gate [hd, nh, T].

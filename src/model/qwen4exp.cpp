@@ -182,6 +182,18 @@ class Forward {
     return il < hp_.n_layer ? p.st->layers[il] : p.st->mtp;
   }
 
+  // One token of each of several sequences (a batched decode step): the per-sequence convolutions
+  // and scans go to the backend's columns ops, one call for all sequences.
+  bool one_token_each() const {
+    return parts_.size() > 1 && std::all_of(parts_.begin(), parts_.end(), [](const SeqPart& p) { return p.n == 1; });
+  }
+  // Each part's tensor `member` of its state, in part (column) order.
+  template <typename Member>
+  std::vector<Tensor*> each_state(Member member) const {
+    std::vector<Tensor*> v;
+    for (const SeqPart& p : parts_) v.push_back(member(*p.st));
+    return v;
+  }
   // Part p's columns of an activation whose tokens are its outermost dimension.
   Tensor of(const Tensor& t, const SeqPart& p) const {
     if (parts_.size() == 1) return t;
@@ -284,9 +296,14 @@ class Forward {
     Tensor N = rms_norm(G, w.norm_conv, H);
     if (record_) record_->ple_inputs = N;
     Tensor C = f32(H * S, T_);
-    for (const SeqPart& p : parts_) {
-      Tensor c = of(C, p);
-      be_.causal_conv(of(N, p), p.st->ple_conv, w.conv, hp_.ple_ngram_size, c);
+    if (one_token_each()) {
+      be_.causal_conv_columns(N, each_state([](Qwen4ExpState& st) { return &st.ple_conv; }), w.conv,
+                              hp_.ple_ngram_size, C);
+    } else {
+      for (const SeqPart& p : parts_) {
+        Tensor c = of(C, p);
+        be_.causal_conv(of(N, p), p.st->ple_conv, w.conv, hp_.ple_ngram_size, c);
+      }
     }
     trace("ple.conv", il, C);
     be_.add(R, G, R);
@@ -299,23 +316,33 @@ class Forward {
     auto [qkv, z, alpha, beta_raw] = mul_mats<4>({&w.qkv, &w.gate, &w.alpha, &w.beta}, a);
     Tensor u = f32(hp_.ssm_conv_dim(), T_);
     Tensor g = f32(nv, T_), beta = f32(nv, T_), o = f32(hp_.ssm_value_dim(), T_), on = f32(hp_.ssm_value_dim(), T_);
-    for (const SeqPart& p : parts_) {
-      Qwen4ExpLayerState& ls = p.st->layers[il];
-      Tensor u_p = of(u, p), alpha_p = of(alpha, p), beta_raw_p = of(beta_raw, p), z_p = of(z, p);
-      Tensor g_p = of(g, p), beta_p = of(beta, p), o_p = of(o, p), on_p = of(on, p);
-      be_.causal_conv(of(qkv, p), ls.conv, w.conv, 1, u_p);
-      // Gates, the delta-rule scan and the gated output norm.
-      GdnCoreArgs core{.qkv = &u_p, .alpha = &alpha_p, .beta_raw = &beta_raw_p, .ssm_a = &w.ssm_a,
-                       .dt_bias = &w.dt_bias, .z = &z_p, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps),
-                       .state = &ls.ssm, .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
-                       .dv = hp_.ssm_v_head_dim, .g = &g_p, .beta = &beta_p, .core = &o_p, .out = &on_p};
-      if (record_) {  // verified tokens step one at a time; keep_verified takes the state after any
-        record_->conv_inputs[il] = qkv;
-        Tensor& after = record_->states[il];
-        reuse_or_alloc(be_, after, ls.ssm.dtype(), states_after_shape(ls.ssm, p.n));
-        core.states_after = &after;
+    // Gates, the delta-rule scan and the gated output norm, on the conv's output.
+    const auto core_args = [&](const Tensor& u_, const Tensor& alpha_, const Tensor& beta_raw_, const Tensor& z_,
+                               Tensor* state, Tensor& g_, Tensor& beta_, Tensor& o_, Tensor& on_) {
+      return GdnCoreArgs{.qkv = &u_, .alpha = &alpha_, .beta_raw = &beta_raw_, .ssm_a = &w.ssm_a, .dt_bias = &w.dt_bias,
+                         .z = &z_, .norm = &w.norm, .eps = static_cast<float>(hp_.rms_eps), .state = state,
+                         .n_k_heads = hp_.ssm_n_k_heads, .n_v_heads = nv, .dk = hp_.ssm_k_head_dim,
+                         .dv = hp_.ssm_v_head_dim, .g = &g_, .beta = &beta_, .core = &o_, .out = &on_};
+    };
+    if (one_token_each()) {
+      be_.causal_conv_columns(qkv, each_state([il](Qwen4ExpState& st) { return &st.layers[il].conv; }), w.conv, 1, u);
+      be_.gdn_core_columns(core_args(u, alpha, beta_raw, z, nullptr, g, beta, o, on),
+                           each_state([il](Qwen4ExpState& st) { return &st.layers[il].ssm; }));
+    } else {
+      for (const SeqPart& p : parts_) {
+        Qwen4ExpLayerState& ls = p.st->layers[il];
+        Tensor u_p = of(u, p), alpha_p = of(alpha, p), beta_raw_p = of(beta_raw, p), z_p = of(z, p);
+        Tensor g_p = of(g, p), beta_p = of(beta, p), o_p = of(o, p), on_p = of(on, p);
+        be_.causal_conv(of(qkv, p), ls.conv, w.conv, 1, u_p);
+        GdnCoreArgs args = core_args(u_p, alpha_p, beta_raw_p, z_p, &ls.ssm, g_p, beta_p, o_p, on_p);
+        if (record_) {  // verified tokens step one at a time; keep_verified takes the state after any
+          record_->conv_inputs[il] = qkv;
+          Tensor& after = record_->states[il];
+          reuse_or_alloc(be_, after, ls.ssm.dtype(), states_after_shape(ls.ssm, p.n));
+          args.states_after = &after;
+        }
+        be_.gdn_core(args);
       }
-      be_.gdn_core(core);
     }
     trace("gdn.conv", il, u);
     trace("gdn.g", il, g);

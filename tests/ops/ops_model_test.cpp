@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "backend/qsa_topk.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "op_bounds.h"
 
@@ -252,6 +253,69 @@ TEST_P(ModelOps, StatesAfterEqualOneTokenSteps) {
     for (int o = 0; o < 4; ++o) EXPECT_EQ(outputs[0][o], outputs[1][o]) << names[o] << ", " << what;
     EXPECT_EQ(final_state[0], final_state[1]) << "final state, " << what;
     EXPECT_EQ(after[0], after[1]) << "states after each token, " << what;
+  }
+}
+
+// The columns ops (a batched decode step: one token each of several sequences, each with its own
+// conv history and recurrent state) equal the same ops a column at a time, bit for bit: every
+// output, history and state. Nine columns (the CUDA kernels take eight a launch); dk = 128 as the
+// model's heads, dv = 40 a partial warp; the conv at dilations 1 (GDN) and 3 (PLE's form).
+TEST_P(ModelOps, ColumnsOpsEqualOneColumnAtATime) {
+  const int64_t nk = 2, nv = 4, dk = 128, dv = 40, C = 2 * nk * dk + nv * dv, B = 9, K = 4;
+  auto conv_w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 400, 0.5f));
+  auto ssm_a = make_weight("ssm_a", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 401, 2.0f));
+  auto dt = make_weight("dt_bias", GgmlType::F32, {nv, 1, 1, 1}, random_values(nv, 402));
+  auto norm = make_weight("norm", GgmlType::F32, {dv, 1, 1, 1}, random_values(dv, 403));
+  const auto x = random_values(C * B, 404), alpha = random_values(nv * B, 405), beta_raw = random_values(nv * B, 406, 3.0f),
+             z = random_values(dv * nv * B, 407);
+  for (int64_t dilation : {1, 3}) {
+    const int64_t L = (K - 1) * dilation;
+    // Run 0 takes the columns ops, run 1 the ops a column at a time; both from the same histories and states.
+    std::vector<float> outputs[2][5], hists[2], states[2];
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> hist, state;
+      for (int64_t b = 0; b < B; ++b) {
+        hist.push_back(upload(*be, random_values(C * L, 410 + static_cast<uint32_t>(b), 0.5f), {C, L, 1, 1}));
+        state.push_back(upload(*be, random_values(dv * dk * nv, 430 + static_cast<uint32_t>(b), 0.3f), {dv, dk, nv, 1}));
+      }
+      Tensor tx = upload(*be, x, {C, B, 1, 1}), ta = upload(*be, alpha, {nv, B, 1, 1}),
+             tb = upload(*be, beta_raw, {nv, B, 1, 1}), tz = upload(*be, z, {dv * nv, B, 1, 1});
+      Tensor u = be->alloc_f32(C, B), g = be->alloc_f32(nv, B), beta = be->alloc_f32(nv, B),
+             core = be->alloc_f32(dv * nv, B), out = be->alloc_f32(dv * nv, B);
+      const auto args = [&](const Tensor& u_, const Tensor& a_, const Tensor& b_, const Tensor& z_, Tensor* st, Tensor& g_,
+                            Tensor& beta_, Tensor& core_, Tensor& out_) {
+        return GdnCoreArgs{.qkv = &u_, .alpha = &a_, .beta_raw = &b_, .ssm_a = &ssm_a->w, .dt_bias = &dt->w, .z = &z_,
+                           .norm = &norm->w, .eps = 1e-6f, .state = st, .n_k_heads = nk, .n_v_heads = nv, .dk = dk,
+                           .dv = dv, .g = &g_, .beta = &beta_, .core = &core_, .out = &out_};
+      };
+      if (run == 0) {
+        std::vector<Tensor*> hist_p, state_p;
+        for (int64_t b = 0; b < B; ++b) hist_p.push_back(&hist[b]), state_p.push_back(&state[b]);
+        be->causal_conv_columns(tx, hist_p, conv_w->w, dilation, u);
+        be->gdn_core_columns(args(u, ta, tb, tz, nullptr, g, beta, core, out), state_p);
+        EXPECT_THROW(be->causal_conv_columns(tx, std::span(hist_p).first(B - 1), conv_w->w, dilation, u), Error);
+        EXPECT_THROW(be->gdn_core_columns(args(u, ta, tb, tz, nullptr, g, beta, core, out), std::span(state_p).first(B - 1)),
+                     Error);
+      } else {
+        for (int64_t b = 0; b < B; ++b) {
+          const auto col = [&](const Tensor& t) { return t.slice(1, b, 1); };
+          Tensor u_b = col(u), g_b = col(g), beta_b = col(beta), core_b = col(core), out_b = col(out);
+          be->causal_conv(col(tx), hist[b], conv_w->w, dilation, u_b);
+          be->gdn_core(args(u_b, col(ta), col(tb), col(tz), &state[b], g_b, beta_b, core_b, out_b));
+        }
+      }
+      int o = 0;
+      for (const Tensor* t : {&u, &g, &beta, &core, &out}) outputs[run][o++] = be->read_f32(*t);
+      for (int64_t b = 0; b < B; ++b) {
+        const auto h = be->read_f32(hist[b]), st = be->read_f32(state[b]);
+        hists[run].insert(hists[run].end(), h.begin(), h.end());
+        states[run].insert(states[run].end(), st.begin(), st.end());
+      }
+    }
+    const char* names[] = {"conv out", "g", "beta", "core", "out"};
+    for (int o = 0; o < 5; ++o) EXPECT_EQ(outputs[0][o], outputs[1][o]) << names[o] << ", dilation " << dilation;
+    EXPECT_EQ(hists[0], hists[1]) << "conv histories, dilation " << dilation;
+    EXPECT_EQ(states[0], states[1]) << "recurrent states, dilation " << dilation;
   }
 }
 

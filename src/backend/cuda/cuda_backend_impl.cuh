@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
   void swiglu(const Tensor& g, const Tensor& u, Tensor& out) override;
   void add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& s) override;
   void causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) override;
+  void causal_conv_columns(const Tensor& x, std::span<Tensor* const> histories, const Weight& w, int64_t dilation,
+                           Tensor& out) override;
 
   void hc_read(const HcReadArgs& a) override;
   void hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) override;
@@ -105,6 +107,7 @@ class CudaBackend final : public Backend {
   void gdn_chunked(const GdnScanArgs& a) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Weight& w, float eps, Tensor& out) override;
   void gdn_core(const GdnCoreArgs& a) override;
+  void gdn_core_columns(const GdnCoreArgs& a, std::span<Tensor* const> states) override;
 
   void split_q_gate(const Tensor& qg, Tensor& q, Tensor& gate) override;
   void qsa_prepare(const QsaPrepareArgs& a) override;
@@ -179,6 +182,7 @@ class CudaBackend final : public Backend {
   void matmul_shared(std::span<const DeviceMatrix* const> ms, const float* x, int64_t K, int64_t T,
                      std::span<float* const> outs, const QuantizedActivations* x_q8 = nullptr);
   void chunked_scan(const GdnScanArgs& a, size_t prep_bytes, size_t pass_bytes);
+  void gdn_core_step(const GdnCoreArgs& a, std::span<Tensor* const> columns);
   template <typename Id>
   void get_device_rows(const Weight& table, const Id* ids, int64_t n_ids, Tensor& out);
   bool hc_read_decodes(const HcReadArgs& a);

@@ -124,13 +124,10 @@ __global__ void conv_history_kernel(const float* x, const float* hist, int64_t C
   next_hist[i] = conv_seq(hist, x, L, C, T + r, c);
 }
 
-// A few tokens (decode): one thread per channel computes its outputs and then moves its own
-// history forward, so the history is updated in the same launch.
-__global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
-                                        int64_t dil, float* out) {
-  grid_dependency_wait();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+// Channel c of T tokens over one history: its outputs, then its history moved forward, so the
+// history is updated in the same launch.
+__device__ __forceinline__ void conv_step_channel(const float* x, float* hist, const float* w, int64_t C, int64_t T,
+                                                  int64_t K, int64_t dil, float* out, int64_t c) {
   const int64_t L = (K - 1) * dil;
   for (int64_t t = 0; t < T; ++t) {
     double s = 0;
@@ -141,6 +138,22 @@ __global__ void causal_conv_step_kernel(const float* x, float* hist, const float
   // The new history is the last L rows of [history | x]; row j of it is row T + j of the old
   // sequence, so ascending j reads each old row before it is overwritten.
   for (int64_t j = 0; j < L; ++j) hist[j * C + c] = conv_seq(hist, x, L, C, T + j, c);
+}
+
+// A few tokens (decode): one thread per channel.
+__global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
+                                        int64_t dil, float* out) {
+  grid_dependency_wait();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < C) conv_step_channel(x, hist, w, C, T, K, dil, out, c);
+}
+
+// One token of each of gridDim.y sequences: column b over its own history.
+__global__ void causal_conv_columns_kernel(const float* x, ColumnPointers<float> hists, const float* w, int64_t C,
+                                           int64_t K, int64_t dil, float* out) {
+  grid_dependency_wait();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (c < C) conv_step_channel(x + b * C, hists.at(b), w, C, 1, K, dil, out + b * C, c);
 }
 
 constexpr int kThreads = 256;
@@ -267,6 +280,21 @@ void CudaBackend::add_sigmoid_gated(Tensor& acc, const Tensor& x, const Tensor& 
   int64_t n = acc.ne(0), T = acc.ne(1);
   if (n * T == 0) return;
   launch(stream_, "add_sigmoid_gated_kernel", add_sigmoid_gated_kernel, per_token_grid(n, T, kThreads), kThreads, 0, acc.f32(), x.f32(), s.f32(), n, T);
+}
+
+void CudaBackend::causal_conv_columns(const Tensor& x, std::span<Tensor* const> histories, const Weight& w,
+                                      int64_t dilation, Tensor& out) {
+  OpScope scope(profiler_, "causal_conv_columns", x.ne(1), stream_);
+  check_columns(x.ne(1), histories.size(), "causal_conv_columns");
+  for (Tensor* h : histories) check_causal_conv(x, *h, w, dilation, out);
+  const int64_t C = x.ne(0), n = x.ne(1), K = w.ne[0];
+  for (int64_t b0 = 0; b0 < n; b0 += kMaxColumns) {
+    const int64_t nb = std::min<int64_t>(kMaxColumns, n - b0);
+    ColumnPointers<float> hists;
+    for (int64_t b = 0; b < nb; ++b) hists.p[b] = histories[b0 + b]->f32();
+    const dim3 grid(blocks_for(C, kThreads), static_cast<unsigned>(nb));
+    launch(stream_, "causal_conv_columns_kernel", causal_conv_columns_kernel, grid, kThreads, 0, x.f32() + b0 * C, hists, values(w), C, K, dilation, out.f32() + b0 * C);
+  }
 }
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {

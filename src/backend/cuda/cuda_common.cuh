@@ -153,6 +153,23 @@ __device__ __forceinline__ bool last_block_to_finish(unsigned* counter, unsigned
   return last;
 }
 
+// The columns ops (causal_conv_columns, gdn_core_columns): one token each of several sequences,
+// each with its own state, at most kMaxColumns a launch. The state pointers travel as a kernel
+// parameter (no upload, and a step graph updates them as it updates any parameter).
+constexpr int kMaxColumns = 8;
+template <typename T>
+struct ColumnPointers {
+  T* p[kMaxColumns] = {};
+  // p[i] by constant indices: a parameter array indexed at run time would be copied to local memory.
+  __device__ __forceinline__ T* at(unsigned i) const {
+    T* v = p[0];
+#pragma unroll
+    for (unsigned k = 1; k < kMaxColumns; ++k)
+      if (i == k) v = p[k];
+    return v;
+  }
+};
+
 template <typename T>
 __device__ T block_max(T v) {
   __shared__ T partial[32];

@@ -13,6 +13,8 @@
 // carries the state through the chunks in order, a block per (v head, 16 value columns), with
 // three small matrix products per chunk, on the tensor cores where the shape allows
 // (gdn_state_pass_mma_kernel). Only the second is sequential in T, 64 tokens a step.
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -72,7 +74,7 @@ struct GdnCoreExtras {
   float* normed = nullptr;
   QuantizeTarget normed_q8;
   unsigned* done = nullptr;
-  void* states_after = nullptr;  // GdnCoreArgs::states_after (the state's type), with kStatesAfter
+  void* states_after = nullptr;  // GdnCoreArgs::states_after (the state's type), with ScanMode::kStatesAfter
 };
 
 constexpr int kStepWarps = 8;
@@ -105,25 +107,42 @@ __global__ void narrow_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
   if (i < n) out[i] = bf16_bits(in[i]);
 }
 
-// Grid (nv, ceil(dv/32)), kStepWarps warps a block: lane l is value column j = 32·blockIdx.y + l,
+// What one scan launch steps: T tokens of one sequence; the same, storing the state after each
+// token but the last (a verify pass); or one token each of several sequences (batched decode).
+enum class ScanMode { kTokens, kStatesAfter, kColumns };
+
+// The scan's states: one sequence's as a plain pointer (as a struct of eight pointers, the kernel
+// of the model's key heads spilled 40 bytes), or one a column (gdn_core_columns): block z's.
+template <typename State, bool kColumns>
+using ScanStates = std::conditional_t<kColumns, ColumnPointers<State>, State*>;
+template <typename State>
+__device__ __forceinline__ State* column_state(State* state) { return state; }
+template <typename State>
+__device__ __forceinline__ State* column_state(const ColumnPointers<State>& states) { return states.at(blockIdx.z); }
+
+// Grid (nv, ceil(dv/32), columns), kStepWarps warps a block: lane l is value column j = 32·blockIdx.y + l,
 // warp w holds the key rows i ≡ w (mod kStepWarps) of those columns in registers, in FP64 as the
 // reference computes (kRows per thread bounds dk). Every row load is one 128-byte line, and the
 // 8 warps × kRows loads of a block are all in flight at once. The two sums over i (S^T k, S^T q)
-// are per-warp partials added in warp order through shared memory. With kStatesAfter (a verify
-// pass) it also stores the state after each token but the last in x.states_after; decode's
-// instance is compiled without that code.
-template <int kRows, typename State, bool kStatesAfter>
+// are per-warp partials added in warp order through shared memory. The block takes the T tokens
+// in order, or in ScanMode::kColumns only token col0 + z (z = blockIdx.z), a sequence of its own. With
+// ScanMode::kStatesAfter (a verify pass) it also stores the state after each token but the last in
+// x.states_after; decode's instance is compiled without that code.
+template <int kRows, typename State, ScanMode kMode>
 __global__ void __launch_bounds__(kStepWarps * 32)
-    gdn_scan_kernel(const float* qkv, const float* g, const float* beta, State* state, float* out, int64_t T,
-                    int64_t nk, int64_t nv, int64_t dk, int64_t dv, GdnCoreExtras x) {
+    gdn_scan_kernel(const float* qkv, const float* g, const float* beta, ScanStates<State, kMode == ScanMode::kColumns> states,
+                    float* out, int64_t T, int64_t col0, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
+                    GdnCoreExtras x) {
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
   __shared__ double part[kStepWarps][32];
   __shared__ double norm_scale[2];
+  constexpr bool kColumns = kMode == ScanMode::kColumns;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h = blockIdx.x, kh = h % nk, j = static_cast<int64_t>(blockIdx.y) * 32 + lane;
   const bool active = j < dv;
   const int64_t C = 2 * nk * dk + nv * dv;
-  State* Sh = state + h * dk * dv;  // [dk][dv]
+  const int64_t t_begin = kColumns ? col0 + blockIdx.z : 0, t_end = kColumns ? t_begin + 1 : T;
+  State* Sh = column_state(states) + h * dk * dv;  // [dk][dv]
   // The previous kernel does not write the state: its rows go to L2 while that kernel ends (lane r
   // asks for row warp + r·kStepWarps, the block's 32 columns of it).
   if (const int64_t i = warp + lane * kStepWarps; lane < kRows && i < dk)
@@ -137,7 +156,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     S[r] = active && i < dk ? load_state(Sh + i * dv + j) : 0.0;
   }
   const double q_scale = 1.0 / sqrt(static_cast<double>(dk));
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = t_begin; t < t_end; ++t) {
     const float* row = qkv + t * C;
     // The token's v and gate inputs load with q and k, not after the norms: one memory trip.
     const double v = active ? static_cast<double>(row[2 * nk * dk + h * dv + j]) : 0.0;
@@ -197,7 +216,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
         o += S[r] * q[i];
       }
     }
-    if constexpr (kStatesAfter) {
+    if constexpr (kMode == ScanMode::kStatesAfter) {
       if (t + 1 < T) {
         State* after = static_cast<State*>(x.states_after) + (t * nv + h) * dk * dv;
 #pragma unroll
@@ -218,14 +237,14 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     __syncthreads();  // q, k and part are rewritten for the next token
   }
   // The count comes before the state's stores, so that its fence waits only for the outputs.
-  const bool norms = x.normed && last_block_to_finish(x.done + h, gridDim.y);
+  const bool norms = x.normed && last_block_to_finish(x.done + (kColumns ? blockIdx.z * nv : 0) + h, gridDim.y);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = warp + r * kStepWarps;
     if (active && i < dk) store_state(Sh + i * dv + j, S[r]);
   }
   if (!norms) return;
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t o = t * nv * dv + h * dv;
     gated_norm_group(out + o, x.z + o, x.norm_w, dv, x.eps, x.normed + o, x.normed_q8, o / 32);
   }
@@ -280,24 +299,45 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes.
-template <int kRows>
-void launch_scan_rows(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32));
-  const auto scan = [&](auto kernel, auto* state) {
-    launch(stream, "gdn_scan_kernel", kernel, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), state, a.out->f32(), a.qkv->ne(1), a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
+template <typename State>
+State* state_data(Tensor& t);
+template <>
+float* state_data<float>(Tensor& t) { return t.f32(); }
+template <>
+uint16_t* state_data<uint16_t>(Tensor& t) { return t.bf16(); }
+
+// With x.alpha set, a.g and a.beta are where the kernel stores the gates it computes. With columns,
+// column t of a's tensors is one token of a sequence with state columns[t], kMaxColumns a launch.
+template <int kRows, typename State>
+void launch_scan_typed(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream, std::span<Tensor* const> columns) {
+  const auto scan = [&](auto kernel, const auto& states, size_t n, int64_t col0) {
+    const dim3 grid(static_cast<unsigned>(a.n_v_heads), blocks_for(a.dv, 32), static_cast<unsigned>(n));
+    launch(stream, "gdn_scan_kernel", kernel, grid, kStepWarps * 32, 0, a.qkv->f32(), a.g->f32(), a.beta->f32(), states, a.out->f32(), a.qkv->ne(1), col0, a.n_k_heads, a.n_v_heads, a.dk, a.dv, x);
   };
-  const bool bf16 = a.state->dtype() == DType::BF16;
-  if (x.states_after)
-    bf16 ? scan(gdn_scan_kernel<kRows, uint16_t, true>, a.state->bf16()) : scan(gdn_scan_kernel<kRows, float, true>, a.state->f32());
-  else
-    bf16 ? scan(gdn_scan_kernel<kRows, uint16_t, false>, a.state->bf16()) : scan(gdn_scan_kernel<kRows, float, false>, a.state->f32());
+  if (x.states_after) return scan(gdn_scan_kernel<kRows, State, ScanMode::kStatesAfter>, state_data<State>(*a.state), 1, 0);
+  if (columns.empty()) return scan(gdn_scan_kernel<kRows, State, ScanMode::kTokens>, state_data<State>(*a.state), 1, 0);
+  for (size_t b0 = 0; b0 < columns.size(); b0 += kMaxColumns) {
+    const size_t n = std::min<size_t>(kMaxColumns, columns.size() - b0);
+    ColumnPointers<State> states;
+    for (size_t b = 0; b < n; ++b) states.p[b] = state_data<State>(*columns[b0 + b]);
+    scan(gdn_scan_kernel<kRows, State, ScanMode::kColumns>, states, n, static_cast<int64_t>(b0));
+  }
 }
 
-void launch_scan(const GdnScanArgs& a, cudaStream_t stream, const GdnCoreExtras& x = {}) {
-  if (a.dk <= 4 * kStepWarps) return launch_scan_rows<4>(a, x, stream);
-  if (a.dk <= 16 * kStepWarps) return launch_scan_rows<16>(a, x, stream);
-  if (a.dk <= 64 * kStepWarps) return launch_scan_rows<64>(a, x, stream);
+template <int kRows>
+void launch_scan_rows(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_t stream, std::span<Tensor* const> columns) {
+  if (a.state->dtype() == DType::BF16)
+    launch_scan_typed<kRows, uint16_t>(a, x, stream, columns);
+  else
+    launch_scan_typed<kRows, float>(a, x, stream, columns);
+}
+
+// a.state is the state of every column's type (columns[0] with columns).
+void launch_scan(const GdnScanArgs& a, cudaStream_t stream, const GdnCoreExtras& x = {},
+                 std::span<Tensor* const> columns = {}) {
+  if (a.dk <= 4 * kStepWarps) return launch_scan_rows<4>(a, x, stream, columns);
+  if (a.dk <= 16 * kStepWarps) return launch_scan_rows<16>(a, x, stream, columns);
+  if (a.dk <= 64 * kStepWarps) return launch_scan_rows<64>(a, x, stream, columns);
   fail("gdn_recurrent: key heads of ", a.dk, " exceed the CUDA kernel's ", 64 * kStepWarps);
 }
 
@@ -882,24 +922,43 @@ void CudaBackend::gdn_recurrent(const GdnScanArgs& a) {
   if (a.qkv->ne(1) > 0) launch_scan(a, stream_);
 }
 
+// gdn_core in the scan kernel: one token (T = 1), or T tokens with a.states_after; columns: one
+// token each of several sequences.
+void CudaBackend::gdn_core_step(const GdnCoreArgs& a, std::span<Tensor* const> columns) {
+  check_gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
+  check_gated_rms_norm(*a.core, *a.z, *a.norm, *a.out);
+  if (a.norm->n_elements() != a.dv) fail("gdn_core: norm weight of ", a.norm->n_elements(), " for value heads of ", a.dv);
+  GdnScanArgs scan{.qkv = a.qkv, .g = a.g, .beta = a.beta, .state = columns.empty() ? a.state : columns[0],
+                   .out = a.core, .n_k_heads = a.n_k_heads, .n_v_heads = a.n_v_heads, .dk = a.dk, .dv = a.dv};
+  for (Tensor* state : columns) {
+    GdnScanArgs column = scan;
+    column.state = state;
+    check_gdn_scan(column, "gdn_core_columns");
+    if (state->dtype() != scan.state->dtype()) fail("gdn_core_columns: the sequences' states differ in type");
+  }
+  if (columns.empty()) check_gdn_scan(scan, "gdn_core");
+  const GdnCoreExtras x{.alpha = a.alpha->f32(), .beta_raw = a.beta_raw->f32(), .A = values(*a.ssm_a),
+                        .dt = values(*a.dt_bias), .g_out = a.g->f32(), .beta_out = a.beta->f32(), .z = a.z->f32(),
+                        .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(),
+                        .normed_q8 = a.dv % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{},
+                        .done = counters(a.n_v_heads * (columns.empty() ? 1 : kMaxColumns)),
+                        .states_after = !a.states_after                      ? nullptr
+                                        : a.state->dtype() == DType::BF16 ? static_cast<void*>(a.states_after->bf16())
+                                                                          : static_cast<void*>(a.states_after->f32())};
+  launch_scan(scan, stream_, x, columns);
+}
+
 void CudaBackend::gdn_core(const GdnCoreArgs& a) {
   if (a.qkv->ne(1) != 1 && !a.states_after) return Backend::gdn_core(a);
   OpScope scope(profiler_, "gdn_core", a.qkv->ne(1), stream_);
   if (a.states_after) check_states_after(a);
-  check_gdn_gates(*a.alpha, *a.beta_raw, *a.ssm_a, *a.dt_bias, *a.g, *a.beta);
-  check_gated_rms_norm(*a.core, *a.z, *a.norm, *a.out);
-  if (a.norm->n_elements() != a.dv) fail("gdn_core: norm weight of ", a.norm->n_elements(), " for value heads of ", a.dv);
-  const GdnScanArgs scan{.qkv = a.qkv, .g = a.g, .beta = a.beta, .state = a.state, .out = a.core,
-                         .n_k_heads = a.n_k_heads, .n_v_heads = a.n_v_heads, .dk = a.dk, .dv = a.dv};
-  check_gdn_scan(scan, "gdn_core");
-  const GdnCoreExtras x{.alpha = a.alpha->f32(), .beta_raw = a.beta_raw->f32(), .A = values(*a.ssm_a),
-                        .dt = values(*a.dt_bias), .g_out = a.g->f32(), .beta_out = a.beta->f32(), .z = a.z->f32(),
-                        .norm_w = values(*a.norm), .eps = a.eps, .normed = a.out->f32(),
-                        .normed_q8 = a.dv % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{}, .done = counters(a.n_v_heads),
-                        .states_after = !a.states_after                      ? nullptr
-                                        : a.state->dtype() == DType::BF16 ? static_cast<void*>(a.states_after->bf16())
-                                                                          : static_cast<void*>(a.states_after->f32())};
-  launch_scan(scan, stream_, x);
+  gdn_core_step(a, {});
+}
+
+void CudaBackend::gdn_core_columns(const GdnCoreArgs& a, std::span<Tensor* const> states) {
+  OpScope scope(profiler_, "gdn_core_columns", a.qkv->ne(1), stream_);
+  check_columns(a.qkv->ne(1), states.size(), "gdn_core_columns");
+  if (!states.empty()) gdn_core_step(a, states);
 }
 
 void CudaBackend::gdn_chunked(const GdnScanArgs& a) {
