@@ -307,6 +307,24 @@ void Backend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
   write(dst, from.bytes().data() + offset, dst.n_bytes());
 }
 
+void check_argmax(const Tensor& x, const Tensor& ids) {
+  if (x.dtype() != DType::F32 || x.ne(2) != 1 || x.ne(3) != 1 || x.ne(0) == 0) fail("argmax: x is not F32 [N, T]: ", x.shape_string());
+  if (ids.dtype() != DType::I32 || ids.n_elements() != x.ne(1))
+    fail("argmax: ids ", ids.shape_string(), " are not I32 [", x.ne(1), "]");
+}
+
+void Backend::argmax(const Tensor& x, Tensor& ids) {
+  check_argmax(x, ids);
+  const std::vector<float> v = read_f32(x);
+  const int64_t N = x.ne(0);
+  std::vector<int32_t> out(static_cast<size_t>(x.ne(1)));
+  for (size_t t = 0; t < out.size(); ++t) {
+    const auto column = v.begin() + static_cast<std::ptrdiff_t>(t * N);
+    out[t] = static_cast<int32_t>(std::max_element(column, column + N) - column);
+  }
+  write(ids, out.data(), out.size() * sizeof(int32_t));
+}
+
 void Backend::get_rows_by(const Weight& table, const Tensor& ids, Tensor& out) {
   std::vector<int32_t> ids32 = read_i32(ids);
   get_rows(table, std::vector<int64_t>(ids32.begin(), ids32.end()), out);

@@ -261,6 +261,7 @@ std::array<int64_t, 4> states_after_shape(const Tensor& state, int64_t T);
 void check_states_after(const GdnCoreArgs& a);
 // The columns ops' one state per column.
 void check_columns(int64_t columns, size_t states, const char* op);
+void check_argmax(const Tensor& x, const Tensor& ids);
 void check_causal_conv(const Tensor& x, const Tensor& history, const Weight& w, int64_t dilation, const Tensor& out);
 void check_hc_read(const HcReadArgs& a);
 void check_qsa_prepare(const QsaPrepareArgs& a);
@@ -344,6 +345,10 @@ class Backend {
   // outs[i] = ws[i]·x for weights that share one input (a layer's projections); a backend may run
   // them together. The default calls mul_mat for each.
   virtual void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs);
+  // ids[t] = the row index of column t's largest value in x [N, T] (F32), the first of equal ones, as
+  // std::max_element picks; ids I32 [T], left in this backend's memory (a draft chosen where its
+  // logits are). The default reads x back.
+  virtual void argmax(const Tensor& x, Tensor& ids);
   // out = a + b (same shape; out may alias a).
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   // out [S·H, T]: every stream a copy of x [H, T].

@@ -140,12 +140,16 @@ class Forward {
   // proj_embd·enorm(embedding of the next token) + proj_stream·(that stream of hnorm(wide)), the
   // norm of the wide residual taken over all W values (SGLang and vLLM; llama.cpp norms each
   // stream). Then the block's layer, and for the last cell its mixer and the shared LM head.
-  Tensor run_mtp(const Tensor& wide, bool logits, Tensor* wide_out) {
+  // next_id: the one cell's token in the backend's memory (mtp_forward_by); otherwise the part's.
+  Tensor run_mtp(const Tensor& wide, bool logits, Tensor* wide_out, const Tensor* next_id = nullptr) {
     const MtpWeights& m = *w_.mtp;
     const int64_t H = hp_.n_embd, S = hp_.hc_count, W = H * S;
     const SeqPart& part = parts_.front();
     Tensor x = f32(H, T_);
-    be_.get_rows(w_.token_embd, std::vector<int64_t>(part.tokens.begin(), part.tokens.end()), x);
+    if (next_id)
+      be_.get_rows_by(w_.token_embd, *next_id, x);
+    else
+      be_.get_rows(w_.token_embd, std::vector<int64_t>(part.tokens.begin(), part.tokens.end()), x);
     Tensor embd = mul_mat(m.proj_embd, rms_norm(x, m.enorm, H));
     Tensor streams = mul_mat(m.proj_stream, rms_norm(wide, m.hnorm, W).reshaped({H, S * T_, 1, 1}));
     Tensor embd_streams = f32(W, T_), R = f32(W, T_);
@@ -578,17 +582,30 @@ std::string Qwen4ExpModel::mtp_problem() const {
   return has_mtp() ? std::string() : cat(file_.source(), " has no MTP block (nextn_predict_layers)");
 }
 
-Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
-                                  bool logits, Tensor* wide_out, const TraceFn& trace) const {
+void Qwen4ExpModel::check_mtp_cells(Backend& be, Qwen4ExpState& state, const Tensor& wide, int64_t n) const {
   if (!has_mtp()) fail("mtp_forward: ", file_.source(), " has no MTP block");
-  const auto n = static_cast<int64_t>(next.size());
   if (n == 0) fail("mtp_forward: no cells");
   if (wide.ne(0) != hp_.hc_dim() || wide.ne(1) != n || wide.ne(2) != 1)
     fail("mtp_forward: the wide residual is ", wide.shape_string(), " for ", n, " cells of ", hp_.hc_dim());
-  for (int32_t t : next) check_token(hp_, t);
   reserve(be, hp_, state, state.mtp_n_past + n, true);
+}
+
+Tensor Qwen4ExpModel::mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
+                                  bool logits, Tensor* wide_out, const TraceFn& trace) const {
+  const auto n = static_cast<int64_t>(next.size());
+  for (int32_t t : next) check_token(hp_, t);
+  check_mtp_cells(be, state, wide, n);
   return Forward(*this, ple_hash_, be, {SeqPart(&state, next, n)}, nullptr, trace, Pass::Mtp)
       .run_mtp(wide, logits, wide_out);
+}
+
+Tensor Qwen4ExpModel::mtp_forward_by(Backend& be, Qwen4ExpState& state, const Tensor& wide, const Tensor& next_id,
+                                     Tensor* wide_out, const TraceFn& trace) const {
+  if (next_id.dtype() != DType::I32 || next_id.n_elements() != 1)
+    fail("mtp_forward_by: the token is ", next_id.shape_string(), ", not one I32 id");
+  check_mtp_cells(be, state, wide, 1);
+  return Forward(*this, ple_hash_, be, {SeqPart(&state, {}, 1)}, nullptr, trace, Pass::Mtp)
+      .run_mtp(wide, true, wide_out, &next_id);
 }
 
 Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const> states,

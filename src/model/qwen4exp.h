@@ -111,6 +111,10 @@ class Qwen4ExpModel {
   std::string mtp_problem() const;
   Tensor mtp_forward(Backend& be, Qwen4ExpState& state, const Tensor& wide, std::span<const int32_t> next,
                      bool logits, Tensor* wide_out = nullptr, const TraceFn& trace = {}) const;
+  // One draft cell whose token `next_id` (I32 [1]) is in the backend's memory, as Backend::argmax
+  // leaves the draft before it: chained drafts need no read back between them. Returns its logits.
+  Tensor mtp_forward_by(Backend& be, Qwen4ExpState& state, const Tensor& wide, const Tensor& next_id,
+                        Tensor* wide_out = nullptr, const TraceFn& trace = {}) const;
   // One token for each of several sequences (distinct states), at each one's position: the products
   // read every weight once for all of them. Returns logits [n_vocab, states.size()]; `wide` as in
   // forward(), a column a sequence.
@@ -129,6 +133,8 @@ class Qwen4ExpModel {
 
  private:
   Qwen4ExpModel() = default;
+  // What every MTP pass of n cells checks (an MTP block, wide's shape), then room for the cells.
+  void check_mtp_cells(Backend& be, Qwen4ExpState& state, const Tensor& wide, int64_t n) const;
   GgufFile file_;
   Qwen4ExpHparams hp_;
   Qwen4ExpWeights w_;

@@ -237,23 +237,25 @@ std::vector<int32_t> Session::draft_mtp(int32_t next, int64_t n) {
   if (!verified_.tokens.empty()) fail("draft_mtp: the verified tokens are neither kept nor taken back yet");
   if (n_past() == 0) fail("draft_mtp: no token evaluated yet");
   if (n < 0) fail("draft_mtp: ", n, " drafts");
-  std::vector<int32_t> drafts;
-  if (n == 0) return drafts;
+  if (n == 0) return {};
   const Qwen4ExpModel& model = engine_->model();
   Backend& be = engine_->backend();
   // Cells up to the last evaluated position are the real ones; the chained cells after it write
   // cache slots that the next real cells overwrite.
   const int64_t real_cells = state_.n_past;
+  // Each draft is chosen where its logits are and read by the next cell there: the host reads the
+  // n ids once, at the end.
+  Tensor ids = be.alloc(DType::I32, {n, 1, 1, 1});
   Tensor wide;
   Tensor logits = mtp_cells(&next, &wide);
-  for (;;) {
-    const std::vector<float> row = be.read_f32(logits);
-    drafts.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-    if (static_cast<int64_t>(drafts.size()) == n) break;
-    logits = model.mtp_forward(be, state_, wide, std::span(&drafts.back(), 1), true, &wide, trace_);
+  for (int64_t k = 0;; ++k) {
+    Tensor id = ids.slice(0, k, 1);
+    be.argmax(logits, id);
+    if (k + 1 == n) break;
+    logits = model.mtp_forward_by(be, state_, wide, id, &wide, trace_);
   }
   state_.mtp_n_past = real_cells;
-  return drafts;
+  return be.read_i32(ids);
 }
 
 std::vector<float> Session::verify(std::span<const int32_t> tokens) {

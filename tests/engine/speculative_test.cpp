@@ -2,6 +2,7 @@
 // tokens give the logits of one-token steps, taking some back continues as if they had never been
 // evaluated, the MTP head's cells agree however they are grouped and its input is the projection
 // of model-spec §4.10, and a speculator's output is plain decoding's whatever its drafts.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -148,6 +149,38 @@ TEST_P(Speculative, MtpCellsAtOnceEqualOneAtATime) {
   expect_within_tolerance(compare_logits(got, want, V_), GetParam() + " cells");
   EXPECT_EQ(whole.mtp_n_past, 12);
   EXPECT_EQ(single.mtp_n_past, 12);
+}
+
+// Drafts chosen on the backend (argmax) and read there by the next cell (mtp_forward_by) give the
+// chain the host's choice gives: the same drafts, and bit for bit the same last draft logits.
+TEST_P(Speculative, DraftsChosenOnTheBackendEqualTheHostsChoice) {
+  const Qwen4ExpModel& model = engine_->model();
+  Backend& be = engine_->backend();
+  auto p = prompt(12);
+  std::vector<int32_t> next(p.begin() + 1, p.end());
+  next.push_back(77);
+  Qwen4ExpState on_host = model.new_state(be), on_backend = model.new_state(be);
+  Tensor wide_host, wide_backend;
+  model.forward(be, on_host, p, LogitRows::Last, {}, &wide_host);
+  model.forward(be, on_backend, p, LogitRows::Last, {}, &wide_backend);
+  Tensor host_logits = model.mtp_forward(be, on_host, wide_host, next, true, &wide_host);
+  Tensor backend_logits = model.mtp_forward(be, on_backend, wide_backend, next, true, &wide_backend);
+  const int64_t n = 3;
+  Tensor ids = be.alloc(DType::I32, {n, 1, 1, 1});
+  std::vector<int32_t> host_drafts;
+  for (int64_t k = 0;; ++k) {
+    const std::vector<float> row = be.read_f32(host_logits);
+    host_drafts.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+    Tensor id = ids.slice(0, k, 1);
+    be.argmax(backend_logits, id);
+    if (k + 1 == n) break;
+    host_logits = model.mtp_forward(be, on_host, wide_host, std::span(&host_drafts.back(), 1), true, &wide_host);
+    backend_logits = model.mtp_forward_by(be, on_backend, wide_backend, id, &wide_backend);
+  }
+  EXPECT_EQ(be.read_i32(ids), host_drafts) << GetParam();
+  EXPECT_EQ(be.read_f32(backend_logits), be.read_f32(host_logits)) << GetParam();
+  Tensor two = be.alloc(DType::I32, {2, 1, 1, 1});
+  expect_error([&] { model.mtp_forward_by(be, on_backend, wide_backend, two); }, "not one I32 id");
 }
 
 // The MTP block's input (traced as mtp.input) is, for each stream s,

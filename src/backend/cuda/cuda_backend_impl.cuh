@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
   void remove_mailbox(CudaMailbox* m) { std::erase(mailboxes_, m); }
   void mul_mat(const Weight& w, const Tensor& x, Tensor& out) override;
   void mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) override;
+  void argmax(const Tensor& x, Tensor& ids) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor& out) override;

@@ -16,6 +16,42 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
   if (i < n) out[i] = a[i] + b[i];
 }
 
+// The larger of two (value, index) pairs, the smaller index of equal values: std::max_element's
+// choice whatever order the pairs are met in. index == N marks no value yet.
+struct ArgmaxPair {
+  float v;
+  int64_t i;
+};
+__device__ __forceinline__ ArgmaxPair larger(ArgmaxPair a, ArgmaxPair b, int64_t N) {
+  if (b.i == N) return a;
+  return a.i == N || b.v > a.v || (b.v == a.v && b.i < a.i) ? b : a;
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+// One block a column t of x [N, T]: each thread takes rows thread, thread + 1024, ...; then the
+// warps' pairs, then the block's.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, int64_t N, int32_t* ids) {
+  grid_dependency_wait();
+  const float* col = x + static_cast<int64_t>(blockIdx.x) * N;
+  ArgmaxPair best{0.0f, N};
+#pragma unroll 8
+  for (int64_t i = threadIdx.x; i < N; i += kArgmaxThreads) best = larger(best, {col[i], i}, N);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2)
+    best = larger(best, {__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)}, N);
+  __shared__ ArgmaxPair warps[kArgmaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warps[warp] = best;
+  __syncthreads();
+  if (warp != 0) return;
+  best = warps[lane];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2)
+    best = larger(best, {__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)}, N);
+  if (lane == 0) ids[blockIdx.x] = static_cast<int32_t>(best.i);
+}
+
 __global__ void repeat_streams_kernel(const float* x, int64_t H, int64_t S, int64_t T, float* out) {
   grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -228,6 +264,13 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   int64_t n = a.n_elements();
   if (n == 0) return;
   launch(stream_, "add_kernel", add_kernel, blocks_for(n, kThreads), kThreads, 0, a.f32(), b.f32(), out.f32(), n);
+}
+
+void CudaBackend::argmax(const Tensor& x, Tensor& ids) {
+  OpScope scope(profiler_, "argmax", x.ne(1), stream_);
+  check_argmax(x, ids);
+  if (x.ne(1) > 0)
+    launch(stream_, "argmax_kernel", argmax_kernel, static_cast<unsigned>(x.ne(1)), kArgmaxThreads, 0, x.f32(), x.ne(0), ids.i32());
 }
 
 void CudaBackend::repeat_streams(const Tensor& x, int64_t n_streams, Tensor& out) {
