@@ -80,29 +80,32 @@ TEST_P(BasicOps, ElementwiseAndStreams) {
 }
 
 // argmax of each column, the first of equal largest values (std::max_element's choice), into a
-// slice of a longer id tensor: column 0's largest value twice (the first wins), column 1's at its
-// last row, column 2 all equal (row 0), column 3 random. 3,001 rows: more than a block's threads.
+// slice of a longer id tensor: column 0's largest value three times (rows 1701, 1702 — one run of
+// four — and 2900: the first wins), column 1's at its last row, column 2 all equal (row 0), column
+// 3 random. More rows than a block's threads; 3,000 rows in runs of four, 3,001 not.
 TEST_P(BasicOps, ArgmaxPicksTheFirstLargest) {
-  const int64_t N = 3001, T = 4;
-  auto x = random_values(N * T, 8);
-  x[1700] = x[2900] = 5.0f;
-  x[N + N - 1] = 6.0f;
-  std::fill(x.begin() + 2 * N, x.begin() + 3 * N, -1.5f);
-  std::vector<int32_t> want(T);
-  for (int64_t t = 0; t < T; ++t)
-    want[t] = static_cast<int32_t>(std::max_element(x.begin() + t * N, x.begin() + (t + 1) * N) - (x.begin() + t * N));
-  EXPECT_EQ(want[0], 1700);
-  Tensor ids = be->alloc(DType::I32, {T + 2, 1, 1, 1});
-  const std::vector<int32_t> marks(T + 2, -7);
-  be->write(ids, marks.data(), marks.size() * sizeof(int32_t));
-  Tensor into = ids.slice(0, 1, T);
-  be->argmax(upload(*be, x, {N, T, 1, 1}), into);
-  std::vector<int32_t> got = be->read_i32(ids);
-  EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end() - 1), want);
-  EXPECT_EQ(got.front(), -7);
-  EXPECT_EQ(got.back(), -7);
-  Tensor short_ids = be->alloc(DType::I32, {T - 1, 1, 1, 1});
-  EXPECT_THROW(be->argmax(upload(*be, x, {N, T, 1, 1}), short_ids), Error);
+  const int64_t T = 4;
+  for (int64_t N : {3001, 3000}) {
+    auto x = random_values(N * T, 8);
+    x[1701] = x[1702] = x[2900] = 5.0f;
+    x[N + N - 1] = 6.0f;
+    std::fill(x.begin() + 2 * N, x.begin() + 3 * N, -1.5f);
+    std::vector<int32_t> want(T);
+    for (int64_t t = 0; t < T; ++t)
+      want[t] = static_cast<int32_t>(std::max_element(x.begin() + t * N, x.begin() + (t + 1) * N) - (x.begin() + t * N));
+    EXPECT_EQ(want[0], 1701);
+    Tensor ids = be->alloc(DType::I32, {T + 2, 1, 1, 1});
+    const std::vector<int32_t> marks(T + 2, -7);
+    be->write(ids, marks.data(), marks.size() * sizeof(int32_t));
+    Tensor into = ids.slice(0, 1, T);
+    be->argmax(upload(*be, x, {N, T, 1, 1}), into);
+    std::vector<int32_t> got = be->read_i32(ids);
+    EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end() - 1), want) << "N=" << N;
+    EXPECT_EQ(got.front(), -7);
+    EXPECT_EQ(got.back(), -7);
+    Tensor short_ids = be->alloc(DType::I32, {T - 1, 1, 1, 1});
+    EXPECT_THROW(be->argmax(upload(*be, x, {N, T, 1, 1}), short_ids), Error);
+  }
 }
 
 // A slice of the outermost dimension is a view (the batched forward pass runs a sequence's ops on
