@@ -712,60 +712,66 @@ void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {
   }
 }
 
-// hc_read for one token with four streams: the two-kernel decode path (down and inject rows sharing a
-// type), with and without inject.
+// hc_read for one to eight tokens with four streams: the two decode kernels (down and inject rows
+// sharing a type, read once for all tokens), with and without inject.
 TEST_F(CudaVsRef, HcReadDecodePath) {
   int64_t S = 4, H = 640, W = S * H, r = 64;
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::BF16, GgmlType::F32}) {
-    auto R = random_values(W, 160, 2.0f);
     auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 161));
     auto down = make_weight("down", type, {W, r, 1, 1}, random_values(W * r, 162, 0.05f));
     auto up = make_weight("up", type, {r, W, 1, 1}, random_values(r * W, 163, 0.5f));
     auto inject = make_weight("inject", type, {W, S, 1, 1}, random_values(W * S, 164, 0.05f));
-    for (bool with_inject : {true, false}) {
-      std::vector<float> x[2], iw[2];
-      int i = 0;
-      for (Backend* be : {cuda.get(), ref.get()}) {
-        Tensor tR = upload(*be, R, {W, 1, 1, 1}), tx = be->alloc_f32(H, 1), tiw = be->alloc_f32(S, 1);
-        be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w,
-                     .inject = with_inject ? &inject->w : nullptr, .n_streams = S, .eps = 1e-6f, .x = &tx,
-                     .inject_w = with_inject ? &tiw : nullptr});
-        x[i] = be->read_f32(tx);
-        if (with_inject) iw[i] = be->read_f32(tiw);
-        ++i;
+    for (int64_t T : {1, 3, 8}) {
+      auto R = random_values(W * T, 160 + T, 2.0f);
+      for (bool with_inject : {true, false}) {
+        std::vector<float> x[2], iw[2];
+        int i = 0;
+        for (Backend* be : {cuda.get(), ref.get()}) {
+          Tensor tR = upload(*be, R, {W, T, 1, 1}), tx = be->alloc_f32(H, T), tiw = be->alloc_f32(S, T);
+          be->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w,
+                       .inject = with_inject ? &inject->w : nullptr, .n_streams = S, .eps = 1e-6f, .x = &tx,
+                       .inject_w = with_inject ? &tiw : nullptr});
+          x[i] = be->read_f32(tx);
+          if (with_inject) iw[i] = be->read_f32(tiw);
+          ++i;
+        }
+        std::string what = "hc_read decode " + std::string(type_name(type)) + " T=" + std::to_string(T) +
+                           (with_inject ? "" : " no inject");
+        report_close(x[0], widen(x[1]), matmul_tolerance(W), what + " x");
+        if (with_inject) report_close(iw[0], widen(iw[1]), matmul_tolerance(W), what + " inject");
       }
-      std::string what = "hc_read decode " + std::string(type_name(type)) + (with_inject ? "" : " no inject");
-      report_close(x[0], widen(x[1]), matmul_tolerance(W), what + " x");
-      if (with_inject) report_close(iw[0], widen(iw[1]), matmul_tolerance(W), what + " inject");
     }
   }
 }
 
-// hc_write_read for one token: the write rides in the two decode kernels (R read as R + w·y,
-// stored by the second), against the reference's hc_write then hc_read; the written R too.
+// hc_write_read for one to eight tokens: the write rides in the two decode kernels (R read as R +
+// w·y, stored by the second), against the reference's hc_write then hc_read; the written R too.
 TEST_F(CudaVsRef, HcWriteReadDecodePath) {
   int64_t S = 4, H = 640, W = S * H, r = 64;
-  auto R = random_values(W, 170, 2.0f), y = random_values(H, 171), w = random_values(S, 172, 1.5f);
   auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 173));
   auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 174, 0.05f));
   auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 175, 0.5f));
   auto inject = make_weight("inject", GgmlType::Q8_0, {W, S, 1, 1}, random_values(W * S, 176, 0.05f));
-  std::vector<float> x[2], iw[2], written[2];
-  int i = 0;
-  for (Backend* be : {cuda.get(), ref.get()}) {
-    Tensor tR = upload(*be, R, {W, 1, 1, 1}), ty = upload(*be, y, {H, 1, 1, 1}), tw = upload(*be, w, {S, 1, 1, 1});
-    Tensor tx = be->alloc_f32(H, 1), tiw = be->alloc_f32(S, 1);
-    be->hc_write_read(tR, ty, tw,
-                      {.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w, .n_streams = S,
-                       .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
-    x[i] = be->read_f32(tx);
-    iw[i] = be->read_f32(tiw);
-    written[i] = be->read_f32(tR);
-    ++i;
+  for (int64_t T : {1, 2, 8}) {
+    auto R = random_values(W * T, 170 + T, 2.0f), y = random_values(H * T, 171 + T), w = random_values(S * T, 172, 1.5f);
+    std::vector<float> x[2], iw[2], written[2];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tR = upload(*be, R, {W, T, 1, 1}), ty = upload(*be, y, {H, T, 1, 1}), tw = upload(*be, w, {S, T, 1, 1});
+      Tensor tx = be->alloc_f32(H, T), tiw = be->alloc_f32(S, T);
+      be->hc_write_read(tR, ty, tw,
+                        {.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w,
+                         .n_streams = S, .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
+      x[i] = be->read_f32(tx);
+      iw[i] = be->read_f32(tiw);
+      written[i] = be->read_f32(tR);
+      ++i;
+    }
+    const std::string what = " T=" + std::to_string(T);
+    EXPECT_EQ(written[0], written[1]) << "R after the write" << what;
+    report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_write_read decode x" + what);
+    report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject" + what);
   }
-  EXPECT_EQ(written[0], written[1]) << "R after the write";
-  report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_write_read decode x");
-  report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject");
 }
 
 // hc_read's one-token output in Q8_0 for the product right after it (the GDN and QSA input
@@ -778,18 +784,20 @@ TEST_F(CudaVsRef, HcReadQ8OutputForTheNextProduct) {
   auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 191, 0.05f));
   auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 192, 0.5f));
   auto w = make_weight("proj", GgmlType::Q8_0, {H, N, 1, 1}, random_values(H * N, 193, 0.2f));
-  const auto other = random_values(H, 194);
-  for (const char* between : {"nothing", "a host write"}) {
-    Tensor tR = upload(*cuda, random_values(W, 195, 2.0f), {W, 1, 1, 1});
-    Tensor x = cuda->alloc_output(DType::F32, {H, 1, 1, 1}), y = cuda->alloc_f32(N, 1);
-    cuda->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .n_streams = S, .eps = 1e-6f, .x = &x});
-    if (std::string(between) == "a host write") cuda->write(x, other.data(), other.size() * sizeof(float));
-    cuda->mul_mat(w->w, x, y);
-    const auto xs = cuda->read_f32(x);
-    Tensor want = ref->alloc_f32(N, 1);
-    ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, xs, H), {H, 1, 1, 1}), want);
-    report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(H),
-                 std::string("hc_read q8 output, then ") + between);
+  for (int64_t T : {1, 5}) {
+    const auto other = random_values(H * T, 194);
+    for (const char* between : {"nothing", "a host write"}) {
+      Tensor tR = upload(*cuda, random_values(W * T, 195, 2.0f), {W, T, 1, 1});
+      Tensor x = cuda->alloc_output(DType::F32, {H, T, 1, 1}), y = cuda->alloc_f32(N, T);
+      cuda->hc_read({.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .n_streams = S, .eps = 1e-6f, .x = &x});
+      if (std::string(between) == "a host write") cuda->write(x, other.data(), other.size() * sizeof(float));
+      cuda->mul_mat(w->w, x, y);
+      const auto xs = cuda->read_f32(x);
+      Tensor want = ref->alloc_f32(N, T);
+      ref->mul_mat(w->w, upload(*ref, rounded_activations(GgmlType::Q8_0, xs, H), {H, T, 1, 1}), want);
+      report_close(cuda->read_f32(y), widen(ref->read_f32(want)), matmul_tolerance(H),
+                   std::string("hc_read q8 output, then ") + between + " T=" + std::to_string(T));
+    }
   }
 }
 

@@ -188,6 +188,8 @@ class CudaBackend final : public Backend {
   void get_device_rows(const Weight& table, const Id* ids, int64_t n_ids, Tensor& out);
   bool hc_read_decodes(const HcReadArgs& a);
   void hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
+  template <int TB>
+  void launch_hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
   bool hc_read_tiles(const HcReadArgs& a);
   void hc_read_tiled(const HcReadArgs& a, const float* y, const float* write_w);
 

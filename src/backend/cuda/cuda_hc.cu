@@ -66,6 +66,7 @@ constexpr int kDecodeStreams = 4;
 constexpr int kDownRows = 4;
 constexpr int kDownMaxThreads = 256;
 constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
+constexpr int64_t kMaxDecodeLo = 10240;  // floats of lo (every token's) in a block's shared memory: 40 KiB
 
 // R and gamma over a run of 8 activations.
 struct Run8 {
@@ -101,14 +102,16 @@ __device__ __forceinline__ float scaled_run(const Run8& v, const float* __restri
 // Decode, split by stream: with n = R·gamma·rinv_s on stream s, a row's product with n is
 // Σ_s rinv_s·dot_s, dot_s = row·gamma·R over stream s. Block (i, s) finds dot_s of rows kRows·i ..
 // of [down; inject] over the units of stream s (units_follow_streams), so it reads a quarter of R
-// and gamma rather than all of them; part[s·n_rows + row] = dot_s, and blocks (0, s) store Σ R²
-// over stream s. hc_up_mix_kernel combines the four. With y set, R is read as R + write_w[s]·y.
-template <typename U, int kRows>
+// and gamma rather than all of them; part[(t·S + s)·n_rows + row] = dot_s of token t < T <= TB,
+// and blocks (0, s) store Σ R² over stream s of each token. The rows are read once for all tokens.
+// hc_up_mix_kernel combines the four. With y set, R is read as R + write_w[t·S + s]·y.
+template <typename U, int kRows, int TB>
 __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
-    const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t pitch, int64_t H, int64_t r,
+    const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t pitch, int64_t H, int64_t r, int T,
     const float* __restrict__ R, const float* __restrict__ y, const float* __restrict__ write_w,
     const float* __restrict__ gamma, float* __restrict__ part, float* __restrict__ sumsq) {
-  const int64_t s = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? kDecodeStreams : 0);
+  constexpr int S = kDecodeStreams;
+  const int64_t s = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kRows, n_rows = r + (inject ? S : 0);
   const uint8_t* rows[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
@@ -125,14 +128,15 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
   if (!one_unit) {
 #pragma unroll
     for (int k = 0; k < kRows; ++k)
-      if (rows[k]) prefetch_l2(rows[k] + s * pitch / kDecodeStreams, pitch / kDecodeStreams);  // about the stream's share
+      if (rows[k]) prefetch_l2(rows[k] + s * pitch / S, pitch / S);  // about the stream's share
   } else if (u_begin < u_end) {
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, kDecodeStreams * H);
+    for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u_begin, S * H);
   }
   // With a pending write (y set) the previous kernel wrote only y: R and write_w come from the read
-  // before the sublayer, so a thread's one unit of R, gamma and write_w load before the wait too.
-  const bool early = one_unit && y && u_begin < u_end;
+  // before the sublayer, so for one token a thread's one unit of R, gamma and write_w load before
+  // the wait too.
+  const bool early = TB == 1 && one_unit && y && u_begin < u_end;
   Run8 early_runs[2];
   int64_t early_x[2] = {};
   float early_w = 0.0f;
@@ -142,57 +146,81 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     early_w = write_w[s];
   }
   grid_dependency_wait();
-  float sums[kRows + 1] = {};  // the rows' dots, then Σ R²
-  const float w = early ? early_w : y ? write_w[s] : 0.0f;
-  const float* ys = y ? y - s * H : nullptr;  // ys[i]: y at position i of stream s
-  const auto add_unit = [&](int64_t u, int64_t x0, int64_t x1, const Run8& a, const Run8& b) {
+  constexpr int kSums = kRows + 1;
+  float sums[kSums] = {};  // a token's: the rows' dots, then Σ R²
+  const auto add_unit = [&](int64_t u, int64_t x0, int64_t x1, const Run8& a, const Run8& b, const float* ys, float w) {
     float gr[16];
     sums[kRows] += scaled_run(a, ys ? ys + x0 : nullptr, w, gr) + scaled_run(b, ys ? ys + x1 : nullptr, w, gr + 8);
     const typename U::Sums gr_sums = U::sums(gr);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) sums[k] += U::dot(raw[k], u, gr, gr_sums);
   };
-  if (early) {
-    add_unit(u_begin, early_x[0], early_x[1], early_runs[0], early_runs[1]);
-  } else {
+  // ys[i]: token t's y at position i of stream s.
+  const auto token_ys = [&](int t) { return y ? y + (t - s) * H : nullptr; };
+  const auto token_sums = [&](int t) {
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) sums[k] = 0.0f;
+    if (early) return add_unit(u_begin, early_x[0], early_x[1], early_runs[0], early_runs[1], token_ys(0), early_w);
+    const float* Rt = R + t * S * H;
+    const float w = y ? write_w[t * S + s] : 0.0f;
 #pragma unroll 1
     for (int64_t u = u_begin; u < u_end; u += blockDim.x) {
       if (!one_unit)
 #pragma unroll
-        for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, kDecodeStreams * H);
+        for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, S * H);
       int64_t x0, x1;
       U::runs(u, x0, x1);
-      add_unit(u, x0, x1, load_run(R + x0, gamma + x0), load_run(R + x1, gamma + x1));
+      add_unit(u, x0, x1, load_run(Rt + x0, gamma + x0), load_run(Rt + x1, gamma + x1), token_ys(t), w);
+    }
+  };
+  // Each token's sums over the block: by warps, then over the warps in order.
+  __shared__ float warp_sums[kDownMaxThreads / 32][TB][kSums];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loop
+#pragma unroll 1
+  for (int t = 0; t < n_tokens; ++t) {
+    token_sums(t);
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) {
+      const float v = warp_sum(sums[k]);
+      if (lane == 0) warp_sums[warp][t][k] = v;
     }
   }
-  block_reduce_to_first(sums);
-  if (threadIdx.x != 0) return;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k)
-    if (i0 + k < n_rows) part[s * n_rows + i0 + k] = sums[k];
-  if (blockIdx.x == 0) sumsq[s] = sums[kRows];
+  __syncthreads();
+  for (int j = threadIdx.x; j < n_tokens * kSums; j += blockDim.x) {
+    const int t = j / kSums, k = j % kSums;
+    float v = warp_sums[0][t][k];
+    for (int w = 1; w < n_warps; ++w) v += warp_sums[w][t][k];
+    if (k == kRows) {
+      if (blockIdx.x == 0) sumsq[t * S + s] = v;
+    } else if (i0 + k < n_rows) {
+      part[(t * S + s) * n_rows + i0 + k] = v;
+    }
+  }
 }
 
-// Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d], a warp per position d (kWarps to
-// a block), S = 4 streams, n[s·H + d] = R·gamma·rinv_s. Every block first forms rinv_s from the
-// sums of squares and lo = silu(Σ_s rinv_s·part_s / S) (shared memory) from hc_down_inject_kernel's
-// per-stream dots; block 0 also writes the inject weights 2·sigmoid(Σ_s rinv_s·part_s / S). Up rows
-// of at most 32 units are a unit a lane, loaded into registers before the wait on the previous
-// kernel (kUnitInRegisters); longer ones are prefetched into L2. With y set, R is first written
-// (R += write_w[s]·y), a warp storing its position of each stream. Lane s forms stream s's term
-// (its loads go out with the up rows'), and lane 0 adds the four in stream order. With x8 set
-// (kWarps = 32), a block's positions are one Q8_0 chunk of x, which it also writes for the next
-// op's products in place of a quantization kernel. H200, paired, three rounds: the registers and
-// the routed down kernel's items ahead together 197.2 -> 198.9 tok/s, the Q8_0 codes 198.9 -> 205.2.
-template <typename U, bool kUnitInRegisters, int kWarps>
+// Decode: x[d] = (1/S) Σ_s sigmoid(up[s·H + d]·lo) · n[s·H + d] of each token t < T <= TB, a
+// warp per position d (kWarps to a block), S = 4 streams, n[s·H + d] = R·gamma·rinv_s. Every block
+// first forms lo = silu(Σ_s rinv_s·part_s / S) of each token (shared memory) from
+// hc_down_inject_kernel's per-stream dots and sums of squares; block 0 also writes the inject
+// weights 2·sigmoid(Σ_s rinv_s·part_s / S). Up rows of at most 32 units are a unit a lane, loaded
+// into registers before the wait on the previous kernel (kUnitInRegisters); longer ones are
+// prefetched into L2. The rows are read once for all tokens. With y set, R is first written
+// (R += write_w[t·S + s]·y), a warp storing its position of each stream. Lane s forms stream s's
+// term (its loads go out with the up rows'), and lane 0 adds the four in stream order. With x8 set
+// (kWarps = 32), a block's positions are one Q8_0 chunk of each token's x, which it also writes
+// for the next op's products in place of a quantization kernel. H200, paired, three rounds: the
+// registers and the routed down kernel's items ahead together 197.2 -> 198.9 tok/s, the Q8_0
+// codes 198.9 -> 205.2.
+template <typename U, bool kUnitInRegisters, int kWarps, int TB>
 __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
-    const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps,
+    const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps, int T,
     const float* __restrict__ part, const float* __restrict__ sumsq, float* __restrict__ R,
     const float* __restrict__ y, const float* __restrict__ write_w, const float* __restrict__ gamma,
     float* __restrict__ x, float* __restrict__ inject_w, QuantizeTarget x8) {
   constexpr int S = kDecodeStreams;
-  extern __shared__ __align__(16) float lo[];  // [r]
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  extern __shared__ __align__(16) float lo[];  // [T][r]
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, W = S * H;
   const int lane = threadIdx.x % 32;
   const uint8_t* rows[S];
 #pragma unroll
@@ -208,60 +236,66 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   // Lane s < S forms stream s's term; its R, gamma and y load beside the rows, before the wait:
   // only part and sumsq come from the kernel just before (hc_down_inject_kernel), and this one is
   // scheduled once all of that kernel's blocks have passed their wait, so what was written before
-  // it (R, y, write_w) is complete.
+  // it (R, y, write_w) is complete. Several tokens' R load in the token loop.
   const int64_t i = (lane % S) * H + d;
-  float Ri = 0.0f, g = 0.0f;
-  if (lane < S && d < H) {
-    Ri = R[i], g = gamma[i];
-    if (y) Ri = written(Ri, write_w[lane], y[d]);
-  }
+  const bool holds_term = lane < S && d < H;
+  const auto token_R = [&](int t) {  // token t's R, after the pending write
+    const float v = R[t * W + i];
+    return y ? written(v, write_w[t * S + lane], y[t * H + d]) : v;
+  };
+  const float g = holds_term ? gamma[i] : 0.0f, R_first = TB == 1 && holds_term ? token_R(0) : 0.0f;
   grid_dependency_wait();
-  double rinv[S];  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
-#pragma unroll
-  for (int s = 0; s < S; ++s) rinv[s] = rsqrt(static_cast<double>(sumsq[s]) / H + static_cast<double>(eps));
-  const auto mixed_row = [&](int64_t row) {
+  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
+  const auto rinv = [&](int t, int s) { return rsqrt(static_cast<double>(sumsq[t * S + s]) / H + static_cast<double>(eps)); };
+  const auto mixed_row = [&](int t, int64_t row) {
     double v = 0;
 #pragma unroll
-    for (int s = 0; s < S; ++s) v += rinv[s] * part[s * n_rows + row];
+    for (int s = 0; s < S; ++s) v += rinv(t, s) * part[(t * S + s) * n_rows + row];
     return v / S;
   };
-  for (int64_t i = threadIdx.x; i < r; i += blockDim.x) lo[i] = static_cast<float>(silu_d(mixed_row(i)));
-  if (blockIdx.x == 0 && inject_w && threadIdx.x < n_rows - r)
-    inject_w[threadIdx.x] = static_cast<float>(2.0 * sigmoid_d(mixed_row(r + threadIdx.x)));
+  for (int64_t j = threadIdx.x; j < T * r; j += blockDim.x) lo[j] = static_cast<float>(silu_d(mixed_row(j / r, j % r)));
+  const int64_t n_inject = n_rows - r;
+  if (blockIdx.x == 0 && inject_w && threadIdx.x < T * n_inject) {
+    const int t = threadIdx.x / n_inject;
+    const int64_t k = threadIdx.x % n_inject;
+    inject_w[t * n_inject + k] = static_cast<float>(2.0 * sigmoid_d(mixed_row(t, r + k)));
+  }
   __syncthreads();
   if (d >= H) return;  // never with 32 warps (H % 32 == 0 there)
-  float acc[S][1] = {};
-  if (kUnitInRegisters) {
-    if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo, r}, 1, acc);
-  } else {
-    gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
+  __shared__ float chunk[TB][32];  // with x8: token t's x over the block's 32 positions
+  // A token at a time: a token's activations and sums are all a thread holds beside the rows.
+  const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loop
+#pragma unroll 1
+  for (int t = 0; t < n_tokens; ++t) {
+    const float Ri = TB == 1 ? R_first : holds_term ? token_R(t) : 0.0f;
+    float acc[S][1] = {};
+    if (kUnitInRegisters) {
+      if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo + t * r, r}, 1, acc);
+    } else {
+      gemv_accumulate<U, S, 1>(rows, r, FloatX{lo + t * r, r}, 1, lane, 32, acc);
+    }
+    float m = 0.0f;  // lane s: up row s's product
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const float v = warp_sum(acc[s][0]);
+      if (lane == s) m = v;
+    }
+    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv(t, lane) * g) : 0.0;
+    if (lane < S && y) R[t * W + i] = Ri;
+    double terms[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) terms[s] = __shfl_sync(0xffffffffu, term, s);
+    double mix = 0;
+#pragma unroll
+    for (int s = 0; s < S; ++s) mix += terms[s];
+    const float xd = static_cast<float>(mix / S);
+    if (lane == 0) x[t * H + d] = xd;
+    if (kWarps == 32 && x8.codes && lane == 0) chunk[t][threadIdx.x / 32] = xd;
   }
-  float m = 0.0f;  // lane s: up row s's product
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    const float v = warp_sum(acc[s][0]);
-    if (lane == s) m = v;
-  }
-  double rinv_lane = rinv[0];
-#pragma unroll
-  for (int s = 1; s < S; ++s)
-    if (lane == s) rinv_lane = rinv[s];
-  const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv_lane * g) : 0.0;
-  if (lane < S && y) R[i] = Ri;
-  double terms[S];
-#pragma unroll
-  for (int s = 0; s < S; ++s) terms[s] = __shfl_sync(0xffffffffu, term, s);
-  double mix = 0;
-#pragma unroll
-  for (int s = 0; s < S; ++s) mix += terms[s];
-  const float xd = static_cast<float>(mix / S);
-  if (lane == 0) x[d] = xd;
   if (kWarps != 32 || !x8.codes) return;
-  // The block's 32 positions are Q8_0 chunk blockIdx.x of x.
-  __shared__ float chunk[32];
-  if (lane == 0) chunk[threadIdx.x / 32] = xd;
+  // The block's 32 positions are Q8_0 chunk blockIdx.x of each token's x: warp t quantizes token t's.
   __syncthreads();
-  if (threadIdx.x < 32) quantize_q8_0_value(chunk[lane], blockIdx.x, x8.codes, x8.scales);
+  if (const int t = threadIdx.x / 32; t < n_tokens) quantize_q8_0_value(chunk[t][lane], t * (H / 32) + blockIdx.x, x8.codes, x8.scales);
 }
 
 // Whether the units of a W = 4·H row (cuda_gemv.cuh) fall in streams in order: those of stream s
@@ -408,21 +442,31 @@ bool CudaBackend::hc_read_decodes(const HcReadArgs& a) {
   const int64_t S = a.n_streams, W = a.R->ne(0), H = W / S, r = a.down->ne[1];
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
-  return a.R->ne(1) == 1 && S == kDecodeStreams && has_unit_loader(down.type, W) && units_follow_streams(down.type, H) &&
+  const int64_t T = a.R->ne(1);
+  return T >= 1 && T <= kMatvecMaxTokens && r * T <= kMaxDecodeLo && S == kDecodeStreams && has_unit_loader(down.type, W) &&
+         units_follow_streams(down.type, H) &&
          has_unit_loader(up.type, r) && (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes));
 }
 
-// The two decode kernels of hc_read, after the write R += write_w ⊙ y when y is set.
+// The two decode kernels of hc_read, after the write R += write_w ⊙ y when y is set: one
+// instance for one token, one for up to kMatvecMaxTokens.
 void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w) {
+  if (a.R->ne(1) == 1) return launch_hc_read_decode<1>(a, y, write_w);
+  launch_hc_read_decode<kMatvecMaxTokens>(a, y, write_w);
+}
+
+template <int TB>
+void CudaBackend::launch_hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w) {
   const int64_t S = a.n_streams, W = a.R->ne(0), H = W / S, r = a.down->ne[1];
+  const int T = static_cast<int>(a.R->ne(1));
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
   const int64_t n_rows = r + (inject ? S : 0);
-  Tensor part = scratch_f32(S * n_rows), sumsq = scratch_f32(S);
+  Tensor part = scratch_f32(T * S * n_rows), sumsq = scratch_f32(T * S);
   const float* gamma = values(*a.norm);
   float* R = a.R->f32();
   dispatch_unit(down.type, [&](auto unit) {
-    launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRows>, dim3(blocks_for(n_rows, kDownRows), kDecodeStreams), balanced_threads(H / kUnit, kDownMaxThreads), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, R, y, write_w, gamma, part.f32(), sumsq.f32());
+    launch(stream_, "hc_down_inject_kernel", hc_down_inject_kernel<decltype(unit), kDownRows, TB>, dim3(blocks_for(n_rows, kDownRows), kDecodeStreams), balanced_threads(H / kUnit, kDownMaxThreads), 0, down.data, inject ? inject->data : nullptr, down.row_bytes, H, r, T, R, y, write_w, gamma, part.f32(), sumsq.f32());
   });
   // Up rows of at most 32 units (r <= 512: the model's 320) are a unit a lane, loaded before the wait.
   const bool unit_in_registers = r % kUnit == 0 && r / kUnit <= 32;
@@ -430,10 +474,10 @@ void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const floa
   const QuantizeTarget x8 = H % 32 == 0 ? q8_output(*a.x) : QuantizeTarget{};
   dispatch_unit(up.type, [&](auto unit) {
     using Un = decltype(unit);
-    auto* kernel = x8.codes ? (unit_in_registers ? hc_up_mix_kernel<Un, true, 32> : hc_up_mix_kernel<Un, false, 32>)
-                            : (unit_in_registers ? hc_up_mix_kernel<Un, true, kUpWarps> : hc_up_mix_kernel<Un, false, kUpWarps>);
+    auto* kernel = x8.codes ? (unit_in_registers ? hc_up_mix_kernel<Un, true, 32, TB> : hc_up_mix_kernel<Un, false, 32, TB>)
+                            : (unit_in_registers ? hc_up_mix_kernel<Un, true, kUpWarps, TB> : hc_up_mix_kernel<Un, false, kUpWarps, TB>);
     const int warps = x8.codes ? 32 : kUpWarps;
-    launch(stream_, "hc_up_mix_kernel", kernel, blocks_for(H, warps), 32 * warps, r * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr, x8);
+    launch(stream_, "hc_up_mix_kernel", kernel, blocks_for(H, warps), 32 * warps, r * T * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, T, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr, x8);
   });
 }
 
