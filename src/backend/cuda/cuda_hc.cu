@@ -103,8 +103,10 @@ __device__ __forceinline__ float scaled_run(const Run8& v, const float* __restri
 // Σ_s rinv_s·dot_s, dot_s = row·gamma·R over stream s. Block (i, s) finds dot_s of rows kRows·i ..
 // of [down; inject] over the units of stream s (units_follow_streams), so it reads a quarter of R
 // and gamma rather than all of them; part[(t·S + s)·n_rows + row] = dot_s of token t < T <= TB,
-// and blocks (0, s) store Σ R² over stream s of each token. The rows are read once for all tokens.
-// hc_up_mix_kernel combines the four. With y set, R is read as R + write_w[t·S + s]·y.
+// and blocks (0, s) store Σ R² over stream s of each token. With a unit a thread (the model's
+// rows) the rows are read once for all tokens; longer rows are fetched again for each token (from
+// L2, where the first token's fetch left them). hc_up_mix_kernel combines the four. With y set, R
+// is read as R + write_w[t·S + s]·y.
 template <typename U, int kRows, int TB>
 __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject, uint64_t pitch, int64_t H, int64_t r, int T,
@@ -205,7 +207,7 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // hc_down_inject_kernel's per-stream dots and sums of squares; block 0 also writes the inject
 // weights 2·sigmoid(Σ_s rinv_s·part_s / S). Up rows of at most 32 units are a unit a lane, loaded
 // into registers before the wait on the previous kernel (kUnitInRegisters); longer ones are
-// prefetched into L2. The rows are read once for all tokens. With y set, R is first written
+// prefetched into L2 (and fetched from there for each token). With y set, R is first written
 // (R += write_w[t·S + s]·y), a warp storing its position of each stream. Lane s forms stream s's
 // term (its loads go out with the up rows'), and lane 0 adds the four in stream order. With x8 set
 // (kWarps = 32), a block's positions are one Q8_0 chunk of each token's x, which it also writes
