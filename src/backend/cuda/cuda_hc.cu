@@ -66,6 +66,10 @@ constexpr int kDecodeStreams = 4;
 constexpr int kDownRows = 4;
 constexpr int kDownMaxThreads = 256;
 constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
+// Tokens the decode kernels take at once: one (decode), two, or up to four (batched decode). H200,
+// session 51: an instance for up to eight lost 6% at eight sequences against the generic form,
+// which reads the rows for every step but holds less for each token.
+constexpr int kMaxDecodeTokens = 4;
 constexpr int64_t kMaxDecodeLo = 10240;  // floats of lo (every token's) in a block's shared memory: 40 KiB
 
 // R and gamma over a run of 8 activations.
@@ -157,14 +161,9 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 #pragma unroll
     for (int k = 0; k < kRows; ++k) sums[k] += U::dot(raw[k], u, gr, gr_sums);
   };
-  // ys[i]: token t's y at position i of stream s.
-  const auto token_ys = [&](int t) { return y ? y + (t - s) * H : nullptr; };
-  const auto token_sums = [&](int t) {
-#pragma unroll
-    for (int k = 0; k < kSums; ++k) sums[k] = 0.0f;
-    if (early) return add_unit(u_begin, early_x[0], early_x[1], early_runs[0], early_runs[1], token_ys(0), early_w);
-    const float* Rt = R + t * S * H;
-    const float w = y ? write_w[t * S + s] : 0.0f;
+  // A token's sums from its R (Rt), its y at position i of stream s (ys[i]) and write weight w.
+  const auto token_sums = [&](const float* Rt, const float* ys, float w) {
+    if (early) return add_unit(u_begin, early_x[0], early_x[1], early_runs[0], early_runs[1], ys, w);
 #pragma unroll 1
     for (int64_t u = u_begin; u < u_end; u += blockDim.x) {
       if (!one_unit)
@@ -172,16 +171,28 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
         for (int k = 0; k < kRows; ++k) raw[k] = U::fetch(src[k], u, S * H);
       int64_t x0, x1;
       U::runs(u, x0, x1);
-      add_unit(u, x0, x1, load_run(Rt + x0, gamma + x0), load_run(Rt + x1, gamma + x1), token_ys(t), w);
+      add_unit(u, x0, x1, load_run(Rt + x0, gamma + x0), load_run(Rt + x1, gamma + x1), ys, w);
     }
   };
-  // Each token's sums over the block: by warps, then over the warps in order.
+  if constexpr (TB == 1) {
+    token_sums(R, y ? y - s * H : nullptr, early ? early_w : y ? write_w[s] : 0.0f);
+    block_reduce_to_first(sums);
+    if (threadIdx.x != 0) return;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k)
+      if (i0 + k < n_rows) part[s * n_rows + i0 + k] = sums[k];
+    if (blockIdx.x == 0) sumsq[s] = sums[kRows];
+    return;
+  }
+  // Each token's sums over the block: by warps, then over the warps in order (as
+  // block_reduce_to_first adds them for one token).
   __shared__ float warp_sums[kDownMaxThreads / 32][TB][kSums];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loop
 #pragma unroll 1
-  for (int t = 0; t < n_tokens; ++t) {
-    token_sums(t);
+  for (int t = 0; t < T; ++t) {
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) sums[k] = 0.0f;
+    token_sums(R + t * S * H, y ? y + (t - s) * H : nullptr, y ? write_w[t * S + s] : 0.0f);
 #pragma unroll
     for (int k = 0; k < kSums; ++k) {
       const float v = warp_sum(sums[k]);
@@ -189,7 +200,7 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     }
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < n_tokens * kSums; j += blockDim.x) {
+  for (int j = threadIdx.x; j < T * kSums; j += blockDim.x) {
     const int t = j / kSums, k = j % kSums;
     float v = warp_sums[0][t][k];
     for (int w = 1; w < n_warps; ++w) v += warp_sums[w][t][k];
@@ -247,26 +258,40 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   };
   const float g = holds_term ? gamma[i] : 0.0f, R_first = TB == 1 && holds_term ? token_R(0) : 0.0f;
   grid_dependency_wait();
-  // rsqrt in double: within an ulp of the reference's 1/sqrt, and quicker
-  const auto rinv = [&](int t, int s) { return rsqrt(static_cast<double>(sumsq[t * S + s]) / H + static_cast<double>(eps)); };
+  // Each token's 1/rms of each stream, once a block: rsqrt in double, within an ulp of the
+  // reference's 1/sqrt and quicker. One token's stay in registers; several tokens' in shared memory.
+  const auto stream_rinv = [&](int j) { return rsqrt(static_cast<double>(sumsq[j]) / H + static_cast<double>(eps)); };
+  double rinv_one[S];
+  __shared__ double rinv_tokens[TB > 1 ? TB : 1][S];
+  if constexpr (TB == 1) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) rinv_one[s] = stream_rinv(s);
+  } else {
+    if (threadIdx.x < T * S) rinv_tokens[threadIdx.x / S][threadIdx.x % S] = stream_rinv(threadIdx.x);
+    __syncthreads();
+  }
+  const auto rinv = [&](int t, int s) {
+    if constexpr (TB == 1) return rinv_one[s];
+    else return rinv_tokens[t][s];
+  };
   const auto mixed_row = [&](int t, int64_t row) {
     double v = 0;
 #pragma unroll
     for (int s = 0; s < S; ++s) v += rinv(t, s) * part[(t * S + s) * n_rows + row];
     return v / S;
   };
-  for (int64_t j = threadIdx.x; j < T * r; j += blockDim.x) lo[j] = static_cast<float>(silu_d(mixed_row(j / r, j % r)));
-  const int64_t n_inject = n_rows - r;
-  if (blockIdx.x == 0 && inject_w && threadIdx.x < T * n_inject) {
-    const int t = threadIdx.x / n_inject;
-    const int64_t k = threadIdx.x % n_inject;
+  const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loops, no divisions
+  const int lo_size = static_cast<int>(r), n_inject = static_cast<int>(n_rows - r);
+  for (int j = threadIdx.x; j < n_tokens * lo_size; j += blockDim.x)
+    lo[j] = static_cast<float>(silu_d(TB == 1 ? mixed_row(0, j) : mixed_row(j / lo_size, j % lo_size)));
+  if (blockIdx.x == 0 && inject_w && threadIdx.x < n_tokens * n_inject) {
+    const int t = TB == 1 ? 0 : threadIdx.x / n_inject, k = TB == 1 ? threadIdx.x : threadIdx.x % n_inject;
     inject_w[t * n_inject + k] = static_cast<float>(2.0 * sigmoid_d(mixed_row(t, r + k)));
   }
   __syncthreads();
   if (d >= H) return;  // never with 32 warps (H % 32 == 0 there)
   __shared__ float chunk[TB][32];  // with x8: token t's x over the block's 32 positions
   // A token at a time: a token's activations and sums are all a thread holds beside the rows.
-  const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loop
 #pragma unroll 1
   for (int t = 0; t < n_tokens; ++t) {
     const float Ri = TB == 1 ? R_first : holds_term ? token_R(t) : 0.0f;
@@ -282,7 +307,16 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
       const float v = warp_sum(acc[s][0]);
       if (lane == s) m = v;
     }
-    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv(t, lane) * g) : 0.0;
+    double rinv_lane;  // lane s: stream s's (selected, not indexed: an indexed register array is local memory)
+    if constexpr (TB == 1) {
+      rinv_lane = rinv_one[0];
+#pragma unroll
+      for (int s = 1; s < S; ++s)
+        if (lane == s) rinv_lane = rinv_one[s];
+    } else {
+      rinv_lane = rinv_tokens[t][lane % S];
+    }
+    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv_lane * g) : 0.0;
     if (lane < S && y) R[t * W + i] = Ri;
     double terms[S];
 #pragma unroll
@@ -445,16 +479,17 @@ bool CudaBackend::hc_read_decodes(const HcReadArgs& a) {
   const DeviceMatrix &down = matrix(*a.down), &up = matrix(*a.up);
   const DeviceMatrix* inject = a.inject ? &matrix(*a.inject) : nullptr;
   const int64_t T = a.R->ne(1);
-  return T >= 1 && T <= kMatvecMaxTokens && r * T <= kMaxDecodeLo && S == kDecodeStreams && has_unit_loader(down.type, W) &&
+  return T >= 1 && T <= kMaxDecodeTokens && r * T <= kMaxDecodeLo && S == kDecodeStreams && has_unit_loader(down.type, W) &&
          units_follow_streams(down.type, H) &&
          has_unit_loader(up.type, r) && (!inject || (inject->type == down.type && inject->row_bytes == down.row_bytes));
 }
 
-// The two decode kernels of hc_read, after the write R += write_w ⊙ y when y is set: one
-// instance for one token, one for up to kMatvecMaxTokens.
+// The two decode kernels of hc_read, after the write R += write_w ⊙ y when y is set: an instance
+// for one token, one for two, one for up to kMaxDecodeTokens.
 void CudaBackend::hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w) {
   if (a.R->ne(1) == 1) return launch_hc_read_decode<1>(a, y, write_w);
-  launch_hc_read_decode<kMatvecMaxTokens>(a, y, write_w);
+  if (a.R->ne(1) == 2) return launch_hc_read_decode<2>(a, y, write_w);
+  launch_hc_read_decode<kMaxDecodeTokens>(a, y, write_w);
 }
 
 template <int TB>
