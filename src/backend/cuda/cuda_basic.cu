@@ -342,14 +342,13 @@ void CudaBackend::causal_conv_columns(const Tensor& x, std::span<Tensor* const> 
   OpScope scope(profiler_, "causal_conv_columns", x.ne(1), stream_);
   check_columns(x.ne(1), histories.size(), "causal_conv_columns");
   for (Tensor* h : histories) check_causal_conv(x, *h, w, dilation, out);
-  const int64_t C = x.ne(0), n = x.ne(1), K = w.ne[0];
-  for (int64_t b0 = 0; b0 < n; b0 += kMaxColumns) {
-    const int64_t nb = std::min<int64_t>(kMaxColumns, n - b0);
-    ColumnPointers<float> hists;
-    for (int64_t b = 0; b < nb; ++b) hists.p[b] = histories[b0 + b]->f32();
+  const int64_t C = x.ne(0), K = w.ne[0];
+  const auto history_data = [](Tensor& h) { return h.f32(); };
+  for_each_column_group<float>(histories, history_data, [&](size_t b0, size_t nb, const ColumnPointers<float>& hists) {
     const dim3 grid(blocks_for(C, kThreads), static_cast<unsigned>(nb));
-    launch(stream_, "causal_conv_columns_kernel", causal_conv_columns_kernel, grid, kThreads, 0, x.f32() + b0 * C, hists, values(w), C, K, dilation, out.f32() + b0 * C);
-  }
+    const int64_t first = static_cast<int64_t>(b0) * C;
+    launch(stream_, "causal_conv_columns_kernel", causal_conv_columns_kernel, grid, kThreads, 0, x.f32() + first, hists, values(w), C, K, dilation, out.f32() + first);
+  });
 }
 
 void CudaBackend::causal_conv(const Tensor& x, Tensor& history, const Weight& w, int64_t dilation, Tensor& out) {

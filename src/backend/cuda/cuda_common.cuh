@@ -4,9 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/ops.h"
@@ -169,6 +171,18 @@ struct ColumnPointers {
     return v;
   }
 };
+
+// Runs launch(first, count, pointers) for each group of at most kMaxColumns of `columns`, in order:
+// pointers.p[b] = data(*columns[first + b]).
+template <typename T, typename Data, typename Launch>
+void for_each_column_group(std::span<Tensor* const> columns, Data data, Launch launch) {
+  for (size_t first = 0; first < columns.size(); first += kMaxColumns) {
+    const size_t count = std::min<size_t>(kMaxColumns, columns.size() - first);
+    ColumnPointers<T> pointers;
+    for (size_t b = 0; b < count; ++b) pointers.p[b] = data(*columns[first + b]);
+    launch(first, count, pointers);
+  }
+}
 
 template <typename T>
 __device__ T block_max(T v) {

@@ -316,12 +316,9 @@ void launch_scan_typed(const GdnScanArgs& a, const GdnCoreExtras& x, cudaStream_
   };
   if (x.states_after) return scan(gdn_scan_kernel<kRows, State, ScanMode::kStatesAfter>, state_data<State>(*a.state), 1, 0);
   if (columns.empty()) return scan(gdn_scan_kernel<kRows, State, ScanMode::kTokens>, state_data<State>(*a.state), 1, 0);
-  for (size_t b0 = 0; b0 < columns.size(); b0 += kMaxColumns) {
-    const size_t n = std::min<size_t>(kMaxColumns, columns.size() - b0);
-    ColumnPointers<State> states;
-    for (size_t b = 0; b < n; ++b) states.p[b] = state_data<State>(*columns[b0 + b]);
+  for_each_column_group<State>(columns, state_data<State>, [&](size_t b0, size_t n, const ColumnPointers<State>& states) {
     scan(gdn_scan_kernel<kRows, State, ScanMode::kColumns>, states, n, static_cast<int64_t>(b0));
-  }
+  });
 }
 
 template <int kRows>
