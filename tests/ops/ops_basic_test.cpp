@@ -175,8 +175,8 @@ TEST_P(BasicOps, RopeRotatesThePartialDimsOnly) {
 }
 
 TEST_P(BasicOps, CausalConvDilatedAndSplit) {
-  int64_t C = 9, K = 4, T = 11;
-  for (int64_t dil : {1, 3}) {
+  int64_t C = 9, T = 11;
+  for (auto [K, dil] : {std::pair<int64_t, int64_t>{4, 1}, {4, 3}, {2, 1}}) {
     int64_t L = (K - 1) * dil;
     auto x = random_values(C * T, 11);
     auto w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 12));
@@ -191,13 +191,13 @@ TEST_P(BasicOps, CausalConvDilatedAndSplit) {
         }
         want[t * C + c] = silu(s);
       }
-    // Whole, then as two calls carrying the history.
+    // Whole, then as three calls carrying the history.
     Tensor hist = be->alloc_f32(C, L), out = be->alloc_f32(C, T);
     be->causal_conv(upload(*be, x, {C, T, 1, 1}), hist, w->w, dil, out);
     expect_close(be->read_f32(out), want, 1e-6, "causal_conv whole");
     Tensor hist2 = be->alloc_f32(C, L);
     std::vector<float> got;
-    for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, 5}, {5, T - 5}}) {
+    for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}, {5, T - 5}}) {  // pieces shorter than L too
       std::vector<float> part(x.begin() + t0 * C, x.begin() + (t0 + n) * C);
       Tensor o = be->alloc_f32(C, n);
       be->causal_conv(upload(*be, part, {C, n, 1, 1}), hist2, w->w, dil, o);
@@ -208,6 +208,7 @@ TEST_P(BasicOps, CausalConvDilatedAndSplit) {
     expect_close(be->read_f32(hist2), std::vector<double>(x.end() - L * C, x.end()), 0, "causal_conv history");
   }
   // Dilation 0 (every tap on the same token) is refused, though its history has no rows.
+  int64_t K = 4;
   auto w = make_weight("conv", GgmlType::F32, {K, C, 1, 1}, random_values(K * C, 13));
   Tensor no_hist = be->alloc_f32(C, 0), out = be->alloc_f32(C, T);
   EXPECT_THROW(be->causal_conv(upload(*be, random_values(C * T, 14), {C, T, 1, 1}), no_hist, w->w, 0, out), Error);

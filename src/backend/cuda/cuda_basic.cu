@@ -186,24 +186,91 @@ __device__ __forceinline__ void conv_step_channel(const float* x, float* hist, c
   for (int64_t j = 0; j < L; ++j) hist[j * C + c] = conv_seq(hist, x, L, C, T + j, c);
 }
 
+constexpr int kThreads = 256;
+constexpr int kConvStepTokens = 8;
+
+// A channel of a decode conv with dilation 1 and at most kConvTaps taps (the model's GDN conv),
+// for at most kConvStepTokens tokens, in registers: its weights and history do not depend on the
+// kernel before (the product that wrote x; the history was last written by this op a step ago),
+// so they load before the wait and only x waits for it. The sums are conv_step_channel's, in its
+// order, so the outputs are the same.
+struct ShortConvChannel {
+  float w[kConvTaps];  // w[p]: tap K − kConvTaps + p; 0 before tap 0
+  float v[kConvTaps - 1 + kConvStepTokens];  // [history | x] from history row L − (kConvTaps − 1)
+};
+__device__ __forceinline__ bool is_short_conv(int64_t K, int64_t dil) { return dil == 1 && K <= kConvTaps; }
+
+__device__ __forceinline__ ShortConvChannel load_short_conv(const float* hist, const float* w, int64_t C, int64_t K,
+                                                            int64_t c) {
+  ShortConvChannel ch;
+  const int64_t L = K - 1;
+#pragma unroll
+  for (int p = 0; p < kConvTaps; ++p) ch.w[p] = K - kConvTaps + p >= 0 ? w[c * K + K - kConvTaps + p] : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kConvTaps - 1; ++i) {
+    const int64_t row = L - (kConvTaps - 1) + i;
+    ch.v[i] = row >= 0 ? hist[row * C + c] : 0.0f;
+  }
+  return ch;
+}
+
+__device__ __forceinline__ void short_conv(ShortConvChannel& ch, const float* x, float* hist, int64_t C, int T,
+                                           int64_t K, float* out, int64_t c) {
+#pragma unroll
+  for (int t = 0; t < kConvStepTokens; ++t)
+    if (t < T) ch.v[kConvTaps - 1 + t] = x[t * C + c];
+#pragma unroll
+  for (int t = 0; t < kConvStepTokens; ++t) {
+    if (t >= T) break;
+    double s = 0;
+#pragma unroll
+    for (int p = 0; p < kConvTaps; ++p)
+      if (K - kConvTaps + p >= 0) s += static_cast<double>(ch.w[p]) * ch.v[t + p];
+    out[t * C + c] = static_cast<float>(silu_d(s));
+  }
+  // History row j becomes position T + j of [history | x], v[T + j + kConvTaps − 1 − L]: picked by
+  // constant indices (a register array indexed at run time would go to local memory).
+  const int L = static_cast<int>(K) - 1;
+#pragma unroll
+  for (int j = 0; j < kConvTaps - 1; ++j) {
+    if (j >= L) break;
+    const int at = T + j + kConvTaps - 1 - L;
+    float value = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kConvTaps - 1 + kConvStepTokens; ++i)
+      if (i == at) value = ch.v[i];
+    hist[j * C + c] = value;
+  }
+}
+
 // A few tokens (decode): one thread per channel.
 __global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
                                         int64_t dil, float* out) {
-  grid_dependency_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c < C) conv_step_channel(x, hist, w, C, T, K, dil, out, c);
+  const bool early = c < C && is_short_conv(K, dil);
+  ShortConvChannel ch;
+  if (early) ch = load_short_conv(hist, w, C, K, c);
+  grid_dependency_wait();
+  if (early)
+    short_conv(ch, x, hist, C, static_cast<int>(T), K, out, c);
+  else if (c < C)
+    conv_step_channel(x, hist, w, C, T, K, dil, out, c);
 }
 
 // One token of each of gridDim.y sequences: column b over its own history.
 __global__ void causal_conv_columns_kernel(const float* x, ColumnPointers<float> hists, const float* w, int64_t C,
                                            int64_t K, int64_t dil, float* out) {
-  grid_dependency_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, b = blockIdx.y;
-  if (c < C) conv_step_channel(x + b * C, hists.at(b), w, C, 1, K, dil, out + b * C, c);
+  float* hist = hists.at(b);
+  const bool early = c < C && is_short_conv(K, dil);
+  ShortConvChannel ch;
+  if (early) ch = load_short_conv(hist, w, C, K, c);
+  grid_dependency_wait();
+  if (early)
+    short_conv(ch, x + b * C, hist, C, 1, K, out + b * C, c);
+  else if (c < C)
+    conv_step_channel(x + b * C, hist, w, C, 1, K, dil, out + b * C, c);
 }
-
-constexpr int kThreads = 256;
-constexpr int64_t kConvStepTokens = 8;
 
 // Rows ids[t] of a device table of K values a row: thread x decodes 32-value chunk x of token t's
 // row (the last chunk may be partial).
