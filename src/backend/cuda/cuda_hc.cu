@@ -151,6 +151,29 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
     early_runs[0] = load_run(R + early_x[0], gamma + early_x[0]), early_runs[1] = load_run(R + early_x[1], gamma + early_x[1]);
     early_w = write_w[s];
   }
+  // Two tokens likewise: both tokens' units of R and write weights (gamma once, in early_runs), so
+  // that the second token's loads do not wait behind the first. (Four tokens' took 174 registers,
+  // which would leave an SM two blocks instead of five: the model's 324 blocks in two waves.)
+  constexpr bool kEarlyTokens = TB == 2;
+  constexpr int kTokens = kEarlyTokens ? TB : 1;
+  const bool early_tokens = kEarlyTokens && one_unit && y && u_begin < u_end;
+  float4 tokens_R[kTokens][2][2];  // [token][run][half]
+  float tokens_w[kTokens] = {};
+  if (early_tokens) {
+    U::runs(u_begin, early_x[0], early_x[1]);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) early_runs[k] = load_run(R + early_x[k], gamma + early_x[k]);
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (t >= T) break;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float4* run = reinterpret_cast<const float4*>(R + t * S * H + early_x[k]);
+        tokens_R[t][k][0] = run[0], tokens_R[t][k][1] = run[1];
+      }
+      tokens_w[t] = write_w[t * S + s];
+    }
+  }
   grid_dependency_wait();
   constexpr int kSums = kRows + 1;
   float sums[kSums] = {};  // a token's: the rows' dots, then Σ R²
@@ -188,16 +211,33 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
   // block_reduce_to_first adds them for one token).
   __shared__ float warp_sums[kDownMaxThreads / 32][TB][kSums];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-#pragma unroll 1
-  for (int t = 0; t < T; ++t) {
+  const auto sums_of_token = [&](int t) {
+    if constexpr (kEarlyTokens) {
+      if (early_tokens) {
+        Run8 a = early_runs[0], b = early_runs[1];  // gamma, with token t's R
+        a.r[0] = tokens_R[t][0][0], a.r[1] = tokens_R[t][0][1], b.r[0] = tokens_R[t][1][0], b.r[1] = tokens_R[t][1][1];
+        return add_unit(u_begin, early_x[0], early_x[1], a, b, y + (t - s) * H, tokens_w[t]);
+      }
+    }
+    token_sums(R + t * S * H, y ? y + (t - s) * H : nullptr, y ? write_w[t * S + s] : 0.0f);
+  };
+  const auto token_warp_sums = [&](int t) {
 #pragma unroll
     for (int k = 0; k < kSums; ++k) sums[k] = 0.0f;
-    token_sums(R + t * S * H, y ? y + (t - s) * H : nullptr, y ? write_w[t * S + s] : 0.0f);
+    sums_of_token(t);
 #pragma unroll
     for (int k = 0; k < kSums; ++k) {
       const float v = warp_sum(sums[k]);
       if (lane == 0) warp_sums[warp][t][k] = v;
     }
+  };
+  if constexpr (kEarlyTokens) {
+#pragma unroll
+    for (int t = 0; t < TB; ++t)
+      if (t < T) token_warp_sums(t);
+  } else {
+#pragma unroll 1
+    for (int t = 0; t < T; ++t) token_warp_sums(t);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < T * kSums; j += blockDim.x) {
@@ -219,8 +259,9 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // weights 2·sigmoid(Σ_s rinv_s·part_s / S). Up rows of at most 32 units are a unit a lane, loaded
 // into registers before the wait on the previous kernel (kUnitInRegisters); longer ones are
 // prefetched into L2 (and fetched from there for each token). With y set, R is first written
-// (R += write_w[t·S + s]·y), a warp storing its position of each stream. Lane s forms stream s's
-// term (its loads go out with the up rows'), and lane 0 adds the four in stream order. With x8 set
+// (R += write_w[t·S + s]·y), a warp storing its position of each stream. Lane t·S + s forms
+// token t's stream-s term (its loads go out with the up rows'), all tokens' at once, and each
+// token's four are added in stream order. With x8 set
 // (kWarps = 32), a block's positions are one Q8_0 chunk of each token's x, which it also writes
 // for the next op's products in place of a quantization kernel. H200, paired, three rounds: the
 // registers and the routed down kernel's items ahead together 197.2 -> 198.9 tok/s, the Q8_0
@@ -246,17 +287,18 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   if (kUnitInRegisters && d < H && lane < n_units)
 #pragma unroll
     for (int s = 0; s < S; ++s) raw[s] = U::fetch(rows[s], lane, r);
-  // Lane s < S forms stream s's term; its R, gamma and y load beside the rows, before the wait:
-  // only part and sumsq come from the kernel just before (hc_down_inject_kernel), and this one is
-  // scheduled once all of that kernel's blocks have passed their wait, so what was written before
-  // it (R, y, write_w) is complete. Several tokens' R load in the token loop.
+  // Lane t·S + s forms token t's stream-s term; its R, gamma and y load beside the rows, before
+  // the wait: only part and sumsq come from the kernel just before (hc_down_inject_kernel), and
+  // this one is scheduled once all of that kernel's blocks have passed their wait, so what was
+  // written before it (R, y, write_w) is complete.
   const int64_t i = (lane % S) * H + d;
-  const bool holds_term = lane < S && d < H;
-  const auto token_R = [&](int t) {  // token t's R, after the pending write
-    const float v = R[t * W + i];
-    return y ? written(v, write_w[t * S + lane], y[t * H + d]) : v;
+  const int lane_token = TB == 1 ? 0 : lane / S;
+  const bool holds_term = lane < (TB == 1 ? 1 : T) * S && d < H;
+  const auto lane_R = [&] {  // the lane's R, after the pending write
+    const float v = R[lane_token * W + i];
+    return y ? written(v, write_w[lane], y[lane_token * H + d]) : v;
   };
-  const float g = holds_term ? gamma[i] : 0.0f, R_first = TB == 1 && holds_term ? token_R(0) : 0.0f;
+  const float g = holds_term ? gamma[i] : 0.0f, R_lane = holds_term ? lane_R() : 0.0f;
   grid_dependency_wait();
   // Each token's 1/rms of each stream, once a block: rsqrt in double, within an ulp of the
   // reference's 1/sqrt and quicker. One token's stay in registers; several tokens' in shared memory.
@@ -291,15 +333,12 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   __syncthreads();
   if (d >= H) return;  // never with 32 warps (H % 32 == 0 there)
   __shared__ float chunk[TB][32];  // with x8: token t's x over the block's 32 positions
-  // A token at a time: a token's activations and sums are all a thread holds beside the rows.
-#pragma unroll 1
-  for (int t = 0; t < n_tokens; ++t) {
-    const float Ri = TB == 1 ? R_first : holds_term ? token_R(t) : 0.0f;
+  if constexpr (TB == 1) {
     float acc[S][1] = {};
     if (kUnitInRegisters) {
-      if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo + t * r, r}, 1, acc);
+      if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo, r}, 1, acc);
     } else {
-      gemv_accumulate<U, S, 1>(rows, r, FloatX{lo + t * r, r}, 1, lane, 32, acc);
+      gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
     }
     float m = 0.0f;  // lane s: up row s's product
 #pragma unroll
@@ -307,17 +346,12 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
       const float v = warp_sum(acc[s][0]);
       if (lane == s) m = v;
     }
-    double rinv_lane;  // lane s: stream s's (selected, not indexed: an indexed register array is local memory)
-    if constexpr (TB == 1) {
-      rinv_lane = rinv_one[0];
+    double rinv_lane = rinv_one[0];  // lane s: stream s's (selected, not indexed: an indexed register array is local memory)
 #pragma unroll
-      for (int s = 1; s < S; ++s)
-        if (lane == s) rinv_lane = rinv_one[s];
-    } else {
-      rinv_lane = rinv_tokens[t][lane % S];
-    }
-    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(Ri) * rinv_lane * g) : 0.0;
-    if (lane < S && y) R[t * W + i] = Ri;
+    for (int s = 1; s < S; ++s)
+      if (lane == s) rinv_lane = rinv_one[s];
+    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(R_lane) * rinv_lane * g) : 0.0;
+    if (lane < S && y) R[i] = R_lane;
     double terms[S];
 #pragma unroll
     for (int s = 0; s < S; ++s) terms[s] = __shfl_sync(0xffffffffu, term, s);
@@ -325,8 +359,48 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
 #pragma unroll
     for (int s = 0; s < S; ++s) mix += terms[s];
     const float xd = static_cast<float>(mix / S);
-    if (lane == 0) x[t * H + d] = xd;
-    if (kWarps == 32 && x8.codes && lane == 0) chunk[t][threadIdx.x / 32] = xd;
+    if (lane == 0) x[d] = xd;
+    if (kWarps == 32 && x8.codes && lane == 0) chunk[0][threadIdx.x / 32] = xd;
+  } else {
+    // Every token's products first, a token at a time (the rows' registers are free after them: a
+    // loop over tokens around the whole term kept them beside the FP64 sigmoid, and spilled), then
+    // all the tokens' terms at once.
+    float acc[S][TB];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      float acc_t[S][1] = {};
+      if (t < T) {
+        if (kUnitInRegisters) {
+          if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo + t * r, r}, 1, acc_t);
+        } else {
+          gemv_accumulate<U, S, 1>(rows, r, FloatX{lo + t * r, r}, 1, lane, 32, acc_t);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < S; ++s) acc[s][t] = acc_t[s][0];
+    }
+    float m = 0.0f;  // lane t·S + s: token t's up row s product
+#pragma unroll
+    for (int t = 0; t < TB; ++t)
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        if (t >= T) continue;
+        const float v = warp_sum(acc[s][t]);
+        if (lane == t * S + s) m = v;
+      }
+    const double term =
+        holds_term ? sigmoid_d(m) * (static_cast<double>(R_lane) * rinv_tokens[lane_token][lane % S] * g) : 0.0;
+    if (holds_term && y) R[lane_token * W + i] = R_lane;
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      if (t >= T) break;
+      double mix = 0;  // token t's terms in stream order
+#pragma unroll
+      for (int s = 0; s < S; ++s) mix += __shfl_sync(0xffffffffu, term, t * S + s);
+      const float xd = static_cast<float>(mix / S);
+      if (lane == 0) x[t * H + d] = xd;
+      if (kWarps == 32 && x8.codes && lane == 0) chunk[t][threadIdx.x / 32] = xd;
+    }
   }
   if (kWarps != 32 || !x8.codes) return;
   // The block's 32 positions are Q8_0 chunk blockIdx.x of each token's x: warp t quantizes token t's.
