@@ -685,7 +685,7 @@ void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {
   auto s_inp = make_weight("shared_gate_inp", GgmlType::F32, {H, 1, 1, 1}, random_values(H, 207, 0.1f));
   for (GgmlType router_type : {GgmlType::F32, GgmlType::BF16}) {
     auto router = make_weight("router", router_type, {H, E, 1, 1}, random_values(H * E, 200, 0.2f));
-    for (int64_t T : {1, 3}) {
+    for (int64_t T : {1, 2, 3, 5}) {  // each instance of the router kernel: 1, 2, 3 of up to 4, 5 of up to 8
       auto x = random_values(H * T, 208);
       std::vector<float> out[3], logits[3];
       int i = 0;

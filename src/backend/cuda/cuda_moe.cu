@@ -916,7 +916,12 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
     const int threads = gemv_threads(H / kUnit);
     const int64_t quantize_warps = (q8_k.codes ? T * H / 256 : 0) + (q8_0.codes ? T * H / 32 : 0);
     const int64_t blocks = E + 1 + (quantize_warps + threads / 32 - 1) / (threads / 32);
-    auto* kernel = T == 1 ? moe_router_kernel<1, 1> : moe_router_kernel<1, kMatvecMaxTokens>;
+    // An instance for one, two, up to four and up to eight tokens: the eight-token one holds eight
+    // tokens' activations (189 registers) whatever T is.
+    auto* kernel = T == 1   ? moe_router_kernel<1, 1>
+                   : T == 2 ? moe_router_kernel<1, 2>
+                   : T <= 4 ? moe_router_kernel<1, 4>
+                            : moe_router_kernel<1, kMatvecMaxTokens>;
     launch(stream_, "moe_router_kernel", kernel, static_cast<unsigned>(blocks), threads, 0, slot_matrix(&router), slot_matrix(&gate_inp), H, E, a.x->f32(), static_cast<int>(T), a.logits->f32(), s.f32(), q8_0, q8_k);
   } else {
     const std::array<const Weight*, 2> ws{a.router, a.shared_gate_inp};
