@@ -47,18 +47,19 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, 
 #pragma unroll 8
     for (int64_t i = threadIdx.x; i < N; i += kArgmaxThreads) best = larger(best, {col[i], i}, N);
   }
+  const auto warp_larger = [N](ArgmaxPair p) {  // the warp's largest pair, in every lane
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2)
-    best = larger(best, {__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)}, N);
+    for (int o = 16; o > 0; o /= 2)
+      p = larger(p, {__shfl_xor_sync(0xffffffffu, p.v, o), __shfl_xor_sync(0xffffffffu, p.i, o)}, N);
+    return p;
+  };
+  best = warp_larger(best);
   __shared__ ArgmaxPair warps[kArgmaxThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) warps[warp] = best;
   __syncthreads();
   if (warp != 0) return;
-  best = warps[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2)
-    best = larger(best, {__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)}, N);
+  best = warp_larger(warps[lane]);
   if (lane == 0) ids[blockIdx.x] = static_cast<int32_t>(best.i);
 }
 
@@ -243,18 +244,34 @@ __device__ __forceinline__ void short_conv(ShortConvChannel& ch, const float* x,
   }
 }
 
+// Channel c of a decode conv split at the kernel's wait: a short conv's weights and history load
+// before it (short_conv), any other conv reads everything after it (conv_step_channel).
+struct StepConvChannel {
+  bool early;  // a short conv, c < C
+  ShortConvChannel values;
+};
+__device__ __forceinline__ StepConvChannel conv_before_wait(const float* hist, const float* w, int64_t C, int64_t K,
+                                                            int64_t dil, int64_t c) {
+  StepConvChannel ch;
+  ch.early = c < C && is_short_conv(K, dil);
+  if (ch.early) ch.values = load_short_conv(hist, w, C, K, c);
+  return ch;
+}
+__device__ __forceinline__ void conv_after_wait(StepConvChannel& ch, const float* x, float* hist, const float* w,
+                                                int64_t C, int64_t T, int64_t K, int64_t dil, float* out, int64_t c) {
+  if (ch.early)
+    short_conv(ch.values, x, hist, C, static_cast<int>(T), K, out, c);
+  else if (c < C)
+    conv_step_channel(x, hist, w, C, T, K, dil, out, c);
+}
+
 // A few tokens (decode): one thread per channel.
 __global__ void causal_conv_step_kernel(const float* x, float* hist, const float* w, int64_t C, int64_t T, int64_t K,
                                         int64_t dil, float* out) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool early = c < C && is_short_conv(K, dil);
-  ShortConvChannel ch;
-  if (early) ch = load_short_conv(hist, w, C, K, c);
+  StepConvChannel ch = conv_before_wait(hist, w, C, K, dil, c);
   grid_dependency_wait();
-  if (early)
-    short_conv(ch, x, hist, C, static_cast<int>(T), K, out, c);
-  else if (c < C)
-    conv_step_channel(x, hist, w, C, T, K, dil, out, c);
+  conv_after_wait(ch, x, hist, w, C, T, K, dil, out, c);
 }
 
 // One token of each of gridDim.y sequences: column b over its own history.
@@ -262,14 +279,9 @@ __global__ void causal_conv_columns_kernel(const float* x, ColumnPointers<float>
                                            int64_t K, int64_t dil, float* out) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, b = blockIdx.y;
   float* hist = hists.at(b);
-  const bool early = c < C && is_short_conv(K, dil);
-  ShortConvChannel ch;
-  if (early) ch = load_short_conv(hist, w, C, K, c);
+  StepConvChannel ch = conv_before_wait(hist, w, C, K, dil, c);
   grid_dependency_wait();
-  if (early)
-    short_conv(ch, x + b * C, hist, C, 1, K, out + b * C, c);
-  else if (c < C)
-    conv_step_channel(x + b * C, hist, w, C, 1, K, dil, out + b * C, c);
+  conv_after_wait(ch, x + b * C, hist, w, C, 1, K, dil, out + b * C, c);
 }
 
 // Rows ids[t] of a device table of K values a row: thread x decodes 32-value chunk x of token t's
