@@ -300,6 +300,14 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   };
   const float g = holds_term ? gamma[i] : 0.0f, R_lane = holds_term ? lane_R() : 0.0f;
   grid_dependency_wait();
+  // One token with a thread for each row of [down; inject] (the model's 324 rows, 1,024 threads):
+  // thread j's four partials load beside sumsq, one trip to L2 where the loop below takes two
+  // (sumsq, then the partials). Block 0 alone keeps the inject rows.
+  const bool row_a_thread = TB == 1 && n_rows <= blockDim.x;
+  const bool holds_row = row_a_thread && (threadIdx.x < r || (blockIdx.x == 0 && inject_w && threadIdx.x < n_rows));
+  float row_parts[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) row_parts[s] = holds_row ? part[s * n_rows + threadIdx.x] : 0.0f;
   // Each token's 1/rms of each stream, once a block: rsqrt in double, within an ulp of the
   // reference's 1/sqrt and quicker. One token's stay in registers; several tokens' in shared memory.
   const auto stream_rinv = [&](int j) { return rsqrt(static_cast<double>(sumsq[j]) / H + static_cast<double>(eps)); };
@@ -316,19 +324,29 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     if constexpr (TB == 1) return rinv_one[s];
     else return rinv_tokens[t][s];
   };
-  const auto mixed_row = [&](int t, int64_t row) {
+  // Σ_s rinv_s·part_s / S of token t, part_s = part_of(s).
+  const auto mixed = [&](int t, auto part_of) {
     double v = 0;
 #pragma unroll
-    for (int s = 0; s < S; ++s) v += rinv(t, s) * part[(t * S + s) * n_rows + row];
+    for (int s = 0; s < S; ++s) v += rinv(t, s) * part_of(s);
     return v / S;
   };
+  const auto mixed_row = [&](int t, int64_t row) { return mixed(t, [&](int s) { return part[(t * S + s) * n_rows + row]; }); };
   const int n_tokens = TB == 1 ? 1 : T;  // a constant for one token: no loops, no divisions
   const int lo_size = static_cast<int>(r), n_inject = static_cast<int>(n_rows - r);
-  for (int j = threadIdx.x; j < n_tokens * lo_size; j += blockDim.x)
-    lo[j] = static_cast<float>(silu_d(TB == 1 ? mixed_row(0, j) : mixed_row(j / lo_size, j % lo_size)));
-  if (blockIdx.x == 0 && inject_w && threadIdx.x < n_tokens * n_inject) {
-    const int t = TB == 1 ? 0 : threadIdx.x / n_inject, k = TB == 1 ? threadIdx.x : threadIdx.x % n_inject;
-    inject_w[t * n_inject + k] = static_cast<float>(2.0 * sigmoid_d(mixed_row(t, r + k)));
+  if (row_a_thread) {
+    if (holds_row) {
+      const double v = mixed(0, [&](int s) { return row_parts[s]; });
+      if (threadIdx.x < lo_size) lo[threadIdx.x] = static_cast<float>(silu_d(v));
+      else inject_w[threadIdx.x - lo_size] = static_cast<float>(2.0 * sigmoid_d(v));
+    }
+  } else {
+    for (int j = threadIdx.x; j < n_tokens * lo_size; j += blockDim.x)
+      lo[j] = static_cast<float>(silu_d(TB == 1 ? mixed_row(0, j) : mixed_row(j / lo_size, j % lo_size)));
+    if (blockIdx.x == 0 && inject_w && threadIdx.x < n_tokens * n_inject) {
+      const int t = TB == 1 ? 0 : threadIdx.x / n_inject, k = TB == 1 ? threadIdx.x : threadIdx.x % n_inject;
+      inject_w[t * n_inject + k] = static_cast<float>(2.0 * sigmoid_d(mixed_row(t, r + k)));
+    }
   }
   __syncthreads();
   if (d >= H) return;  // never with 32 warps (H % 32 == 0 there)
