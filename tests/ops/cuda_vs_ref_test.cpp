@@ -30,7 +30,7 @@ class CudaVsRef : public ::testing::Test {
   std::vector<double> widen(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
   void expect_products(const OwnedWeight& w, const std::vector<float>& x, int64_t T, const std::vector<float>& got,
                        const std::vector<float>& got_exact, const std::string& what);
-  void check_moe_ffn_decode(int64_t E, int64_t F);
+  void check_moe_ffn_decode(int64_t E, int64_t F, GgmlType shared_down_type);
   std::unique_ptr<Backend> cuda, ref;
   std::unique_ptr<Backend> cuda_exact;  // products of quantized weights on FP32 activations
 };
@@ -667,21 +667,24 @@ TEST_F(CudaVsRef, MoeDecodeFusedKernels) {
 // in types of its own (Q8_0 gate/up and BF16 down beside Q4_K / Q8_0 routed experts), against
 // the reference's op-by-op composition. The router is one kernel when it shares the shared-expert
 // gate's type (F32), else a product (BF16); the gate/up kernel routes from its logits up to 512
-// experts (6: two logits a lane, 100: sixteen), moe_route beyond (520). Exact products against the
-// reference; the default (int8 gate/up activations, quantized by the router kernel or beside it)
-// within the bound of their rounding, for the routing it chose.
+// experts (6: two logits a lane, 100: sixteen), moe_route beyond (520). With a Q8_0 shared down
+// the down kernel reads h's Q8_0 codes, and for one token of up to 64 experts picks its experts
+// itself from the logits. Exact products against the reference; the default (int8 gate/up
+// activations, quantized by the router kernel or beside it) within the bound of their rounding,
+// for the routing it chose.
 TEST_F(CudaVsRef, MoeFfnSharedExpertInTheDecodeKernels) {
-  for (int64_t E : {6, 100, 520}) check_moe_ffn_decode(E, E > 6 ? 32 : 160);  // many experts: narrow ones
+  for (int64_t E : {6, 100, 520}) check_moe_ffn_decode(E, E > 6 ? 32 : 160, GgmlType::BF16);  // many experts: narrow ones
+  check_moe_ffn_decode(6, 160, GgmlType::Q8_0);
 }
 
-void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {
+void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F, GgmlType shared_down_type) {
   int64_t k = 3, H = 512;
   auto wg = make_weight("gate", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 201, 0.1f));
   auto wu = make_weight("up", GgmlType::Q4_K, {H, F, E, 1}, random_values(H * F * E, 202, 0.1f));
   auto wd = make_weight("down", GgmlType::Q8_0, {F, H, E, 1}, random_values(F * H * E, 203, 0.1f));
   auto sg = make_weight("shared_gate", GgmlType::Q8_0, {H, F, 1, 1}, random_values(H * F, 204, 0.1f));
   auto su = make_weight("shared_up", GgmlType::Q8_0, {H, F, 1, 1}, random_values(H * F, 205, 0.1f));
-  auto sd = make_weight("shared_down", GgmlType::BF16, {F, H, 1, 1}, random_values(F * H, 206, 0.1f));
+  auto sd = make_weight("shared_down", shared_down_type, {F, H, 1, 1}, random_values(F * H, 206, 0.1f));
   auto s_inp = make_weight("shared_gate_inp", GgmlType::F32, {H, 1, 1, 1}, random_values(H, 207, 0.1f));
   for (GgmlType router_type : {GgmlType::F32, GgmlType::BF16}) {
     auto router = make_weight("router", router_type, {H, E, 1, 1}, random_values(H * E, 200, 0.2f));
@@ -699,7 +702,7 @@ void CudaVsRef::check_moe_ffn_decode(int64_t E, int64_t F) {
         ++i;
       }
       std::string what = "moe_ffn E=" + std::to_string(E) + " router " + std::string(type_name(router_type)) +
-                         " T=" + std::to_string(T);
+                         " shared down " + std::string(type_name(shared_down_type)) + " T=" + std::to_string(T);
       report_close(logits[0], widen(logits[1]), matmul_tolerance(H), what + " logits");
       report_close(out[0], widen(out[1]), matmul_tolerance(H + F), what);
       Tensor ids = ref->alloc(DType::I32, {k, T, 1, 1}), w = ref->alloc_f32(k, T);

@@ -449,39 +449,67 @@ __global__ void __launch_bounds__(128, 5)
 // paired: 2 items ahead +1% to +3% tok/s, 1 (the type alone) +1.7%, 3 -4% (spills at 96 registers);
 // its rows staged in shared memory by cp.async instead lost 3%. h is read through X: FloatX on h,
 // or Int8X on its Q8_0 codes (U an Int8Unit), pair p's values at row p of ld F.
-template <typename U, int R, int kAhead, typename X>
+// Token t's routed experts come from ids after the wait or, with kPerLane > 0, from the block's
+// own picks on the router's logits (as the gate/up kernel picks them, so the same experts
+// in the same order): the router is the kernel before gate/up, so its logits are complete once this
+// kernel is scheduled, and the block fetches its first items' rows before its wait. Blocks that
+// start beside gate/up's last blocks then have their rows when it ends. H100, five paired rounds
+// in one call: decode 247.1 / 247.1 / 247.5 / 247.1 / 247.5 -> 248.7 / 248.9 / 248.8 / 248.8 / 248.9.
+constexpr int kMaxEarlyPicks = 32;  // routed slots a block picks before its wait
+template <typename U, int R, int kAhead, typename X, int kPerLane = 0>
 __global__ void __launch_bounds__(128, 5)
     expert_down_ahead_kernel(SlotMatrices down, int64_t F, int64_t H, int64_t E, const int32_t* __restrict__ ids,
-                             const float* __restrict__ weights, int64_t k, const float* __restrict__ shared_logit,
-                             X h, float* __restrict__ out) {
-  grid_dependency_wait();
+                             const float* __restrict__ weights, const float* __restrict__ logits, int64_t k,
+                             const float* __restrict__ shared_logit, X h, float* __restrict__ out) {
   const int64_t t = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * R;
   // Item arithmetic in 32 bits (a 64-bit division an item, and spills, before).
   const int n_units = static_cast<int>(F / kUnit), slots = static_cast<int>(k) + (down.shared.data ? 1 : 0);
   const int n_items = slots * n_units;
+  __shared__ int32_t picked[kPerLane > 0 ? kMaxEarlyPicks : 1];
+  if constexpr (kPerLane > 0) {
+    if (threadIdx.x < 32) {
+      const float* l = logits + t * E;
+      const WarpLogits<kPerLane> token_logits([=](int64_t i) { return l[i]; }, E);
+      token_logits.pick(k, [&](int64_t j, int e, float) {
+        if (threadIdx.x == 0) picked[j] = e;
+      });
+    }
+    __syncthreads();
+  }
+  const auto expert = [&](int j) -> int32_t {
+    if constexpr (kPerLane > 0) return picked[j];
+    else return ids[t * k + j];
+  };
   float acc[R] = {};
-  for (int base = threadIdx.x; base < n_items; base += kAhead * blockDim.x) {
-    typename U::Raw raw[kAhead][R];
-    typename ActivationOf<U>::type xs[kAhead];
-    float wj[kAhead];
-    int units[kAhead];
-    bool valid[kAhead];
+  typename U::Raw raw[kAhead][R];
+  int units[kAhead], slot[kAhead];
+  bool valid[kAhead];
+  // The rows of items base + a·blockDim.x, a < kAhead.
+  const auto fetch = [&](int base) {
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
       const int item = base + a * static_cast<int>(blockDim.x);
       const int j = item < n_items ? item / n_units : 0, u = item < n_items ? item % n_units : 0;
-      const int64_t e = j < k ? ids[t * k + j] : -1;
+      const int64_t e = j < k ? expert(j) : -1;
       valid[a] = item < n_items && (j == k || (e >= 0 && e < E));
-      units[a] = u;
+      units[a] = u, slot[a] = j;
       // Row n0 of the slot's matrix, the block's other rows a pitch apart.
       const uint8_t* first = valid[a] ? slot_row(down, j, k, e, E, H, n0) : down.routed.data;
       const uint64_t pitch = j == k ? down.shared.pitch : down.routed.pitch;
 #pragma unroll
-      for (int r = 0; r < R; ++r) raw[a][r] = U::fetch(n0 + r < H ? first + r * pitch : first, u, F);
+      for (int r = 0; r < R; ++r) raw[a][r] = U::fetch(n0 + r < H ? first + r * pitch : first, units[a], F);
+    }
+  };
+  // The fetched items' products with h, scaled by their slots' weights, into acc.
+  const auto add = [&] {
+    typename ActivationOf<U>::type xs[kAhead];
+    float wj[kAhead];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
       int64_t x0, x1;
-      U::runs(u, x0, x1);
-      h.from_token(t * slots + j).load(0, x0, x1, xs[a]);
-      wj[a] = valid[a] ? slot_weight(j, k, t, weights, shared_logit) : 0.0f;
+      U::runs(units[a], x0, x1);
+      h.from_token(t * slots + slot[a]).load(0, x0, x1, xs[a]);
+      wj[a] = valid[a] ? slot_weight(slot[a], k, t, weights, shared_logit) : 0.0f;
     }
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
@@ -490,6 +518,19 @@ __global__ void __launch_bounds__(128, 5)
       for (int r = 0; r < R; ++r)
         if (valid[a]) acc[r] = fmaf(wj[a], U::dot(raw[a][r], units[a], xs[a], sums), acc[r]);
     }
+  };
+  int base = threadIdx.x;
+  if constexpr (kPerLane > 0) {
+    fetch(base);  // the first items' rows, before the wait
+    grid_dependency_wait();
+    add();
+    base += kAhead * blockDim.x;
+  } else {
+    grid_dependency_wait();
+  }
+  for (; base < n_items; base += kAhead * blockDim.x) {
+    fetch(base);
+    add();
   }
   store_block_rows(acc, t, n0, H, out);
 }
@@ -742,10 +783,15 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
   if (h8.codes) {
     using U = Int8Unit<GgmlType::Q8_0>;
     const Int8X h8x{{h8.codes, h8.scales}, F};
-    launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h8x, out);
+    // One token routed from 64 experts at most picks its experts in the down kernel too (measured
+    // there; with 512 the picks before the wait take eight times the compares).
+    if (routing.logits && E <= 64 && T == 1 && k <= kMaxEarlyPicks)
+      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X, 2>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, h8x, out);
+    else
+      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, h8x, out);
   } else if (!sd || sd->type == md.type) {
     dispatch_unit(md.type, [&](auto unit) {
-      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2, FloatX>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, FloatX{h, F}, out);
+      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2, FloatX>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, FloatX{h, F}, out);
     });
   } else {
     launch(stream, "expert_down_kernel", expert_down_kernel<kDownRows>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, k, shared_logit, h, out);
