@@ -520,13 +520,11 @@ __global__ void __launch_bounds__(128, 5)
     }
   };
   int base = threadIdx.x;
+  if constexpr (kPerLane > 0) fetch(base);  // the first items' rows, before the wait
+  grid_dependency_wait();
   if constexpr (kPerLane > 0) {
-    fetch(base);  // the first items' rows, before the wait
-    grid_dependency_wait();
     add();
     base += kAhead * blockDim.x;
-  } else {
-    grid_dependency_wait();
   }
   for (; base < n_items; base += kAhead * blockDim.x) {
     fetch(base);
