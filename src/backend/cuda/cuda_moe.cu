@@ -783,10 +783,9 @@ void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix&
     const Int8X h8x{{h8.codes, h8.scales}, F};
     // One token routed from 64 experts at most picks its experts in the down kernel too (measured
     // there; with 512 the picks before the wait take eight times the compares).
-    if (routing.logits && E <= 64 && T == 1 && k <= kMaxEarlyPicks)
-      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X, 2>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, h8x, out);
-    else
-      launch(stream, "expert_down_kernel", expert_down_ahead_kernel<U, kDownRows, 2, Int8X>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, h8x, out);
+    const bool picks = routing.logits && E <= 64 && T == 1 && k <= kMaxEarlyPicks;
+    auto* kernel = picks ? expert_down_ahead_kernel<U, kDownRows, 2, Int8X, 2> : expert_down_ahead_kernel<U, kDownRows, 2, Int8X>;
+    launch(stream, "expert_down_kernel", kernel, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, h8x, out);
   } else if (!sd || sd->type == md.type) {
     dispatch_unit(md.type, [&](auto unit) {
       launch(stream, "expert_down_kernel", expert_down_ahead_kernel<decltype(unit), kDownRows, 2, FloatX>, down_grid, down_threads, 0, down, F, H, E, routing.ids, routing.weights, routing.logits, k, shared_logit, FloatX{h, F}, out);
