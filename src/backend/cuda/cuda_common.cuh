@@ -87,14 +87,22 @@ inline std::vector<float> rope_inv_freq(int64_t n_rot, float theta) {
 }
 
 // Rotates pair (i, i + half) of one head in place: NeoX RoPE with FP32 angle, cos/sin rounded
-// to FP32 and the rotation in FP64 (ref_util.h rope_head).
-__device__ __forceinline__ void rope_pair(float* x, int64_t i, int64_t half, float inv_freq, int64_t pos) {
-  float ang = inv_freq * static_cast<float>(pos);
-  double c = static_cast<float>(cos(static_cast<double>(ang)));
-  double s = static_cast<float>(sin(static_cast<double>(ang)));
-  double x1 = x[i], x2 = x[i + half];
+// to FP32 and the rotation in FP64 (ref_util.h rope_head). rope_angle and rotate_pair are its two
+// halves, for a kernel that knows the angle before its inputs.
+__device__ __forceinline__ void rope_angle(float inv_freq, int64_t pos, double& c, double& s) {
+  const float ang = inv_freq * static_cast<float>(pos);
+  c = static_cast<float>(cos(static_cast<double>(ang)));
+  s = static_cast<float>(sin(static_cast<double>(ang)));
+}
+__device__ __forceinline__ void rotate_pair(float* x, int64_t i, int64_t half, double c, double s) {
+  const double x1 = x[i], x2 = x[i + half];
   x[i] = static_cast<float>(x1 * c - x2 * s);
   x[i + half] = static_cast<float>(x2 * c + x1 * s);
+}
+__device__ __forceinline__ void rope_pair(float* x, int64_t i, int64_t half, float inv_freq, int64_t pos) {
+  double c, s;
+  rope_angle(inv_freq, pos, c, s);
+  rotate_pair(x, i, half, c, s);
 }
 
 template <typename T>

@@ -41,24 +41,36 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
   gdn_gate_values(alpha[i], beta_raw[i], A[h], dt[h], g[i], beta[i]);
 }
 
-// One value of the gated norm: x·r (r = 1/rms) rounded to FP32, then w·n·sigmoid(z) in FP64.
-__device__ __forceinline__ float gated_norm_value(float x, double r, float w, float z) {
+// One value of the gated norm: x·r (r = 1/rms) rounded to FP32, then w·n·gate in FP64, gate =
+// sigmoid(z).
+__device__ __forceinline__ float gated_norm_value(float x, double r, float w, double gate) {
   const float n = static_cast<float>(x * r);
-  return static_cast<float>(w * static_cast<double>(n) * sigmoid_d(z));
+  return static_cast<float>(w * static_cast<double>(n) * gate);
 }
 
 // out = w ⊙ rmsnorm(x) ⊙ sigmoid(z) over one group of dv values, by the whole block (x read
 // through L2: the fused scan reads values other blocks wrote). With q8.codes set (dv a multiple of
 // 32, as the block's threads are), each warp also writes the Q8_0 chunk of out it holds, chunk
-// first_chunk + j / 32.
+// first_chunk + j / 32. A group of at most a value a thread (the model's 128) takes one trip to
+// memory: x, z and w load together, x stays in a register for the norm, and the sigmoid runs beside
+// the block's sum (block_inv_rms's sum, in its order); a wider one reads x again after the sum.
 __device__ __forceinline__ void gated_norm_group(const float* x, const float* z, const float* w, int64_t dv, float eps,
                                                  float* out, QuantizeTarget q8, int64_t first_chunk) {
-  const double r = block_inv_rms(x, dv, eps);
-  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) {
-    const float v = gated_norm_value(__ldcg(x + j), r, w[j], z[j]);
+  const auto finish = [&](int64_t j, float v) {
     out[j] = v;
     if (q8.codes) quantize_q8_0_value(v, first_chunk + j / 32, q8.codes, q8.scales);
+  };
+  if (dv <= blockDim.x) {
+    const int64_t j = threadIdx.x;
+    const bool holds = j < dv;  // whole warps when q8.codes is set
+    const float xj = holds ? __ldcg(x + j) : 0.0f, wj = holds ? w[j] : 0.0f;
+    const double gate = holds ? sigmoid_d(z[j]) : 0.0;
+    const double r = 1.0 / sqrt(block_sum(static_cast<double>(xj) * xj) / dv + static_cast<double>(eps));
+    if (holds) finish(j, gated_norm_value(xj, r, wj, gate));
+    return;
   }
+  const double r = block_inv_rms(x, dv, eps);
+  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) finish(j, gated_norm_value(__ldcg(x + j), r, w[j], sigmoid_d(z[j])));
 }
 
 // What gdn_core adds to the scan kernel (gdn_recurrent passes none of it): gates from their raw
@@ -292,7 +304,7 @@ __global__ void __launch_bounds__(256)
                 wv[4] = {ws[k].x, ws[k].y, ws[k].z, ws[k].w};
     float v[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = gated_norm_value(xv[e], r, wv[e], zv[e]);
+    for (int e = 0; e < 4; ++e) v[e] = gated_norm_value(xv[e], r, wv[e], sigmoid_d(zv[e]));
     const int64_t q = o4 + k * 32 + lane;
     reinterpret_cast<float4*>(out)[q] = make_float4(v[0], v[1], v[2], v[3]);
     if (q8.codes) quantize_q8_0_quad(v, q / 8, q8.codes, q8.scales);

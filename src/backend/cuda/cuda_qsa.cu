@@ -38,47 +38,65 @@ struct QsaPrepareShape {
 // Grid (heads, T), one block a head of a token: value heads and the indexer key are copied into
 // their caches; query, key and indexer query heads are RMS-normed as rms_norm_kernel norms them
 // (block_inv_rms: the same values) and rotated as rope_kernel rotates them, the key head also
-// into its cache. Dynamic shared memory: max(hd, di) floats.
+// into its cache. Dynamic shared memory: max(hd, di) floats. What does not come from the products
+// before (norm weights, each pair's cosine and sine from the position, as rope_pair forms them)
+// is ready before the wait; a head of at most a value a thread then takes one trip to memory.
 __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float* v, const float* iq, const float* ik,
                                    const float* q_norm, const float* k_norm, const float* iq_norm,
                                    const int64_t* positions, const float* inv_freq, QsaPrepareShape d, float* q_out,
                                    float* gate_out, float* k_out, float* iq_out, float* k_cache, float* v_cache,
                                    float* ik_cache) {
-  grid_dependency_wait();
   extern __shared__ float head[];
   const int64_t t = blockIdx.y, row = d.n0 + t;
-  int64_t j = blockIdx.x;
-  if (j >= d.nh + d.nkv && j < d.nh + 2 * d.nkv) {  // a value head
-    j -= d.nh + d.nkv;
-    for (int64_t i = threadIdx.x; i < d.hd; i += blockDim.x) v_cache[(row * d.nkv + j) * d.hd + i] = v[(t * d.nkv + j) * d.hd + i];
-    return;
-  }
-  if (j == d.nh + 2 * d.nkv + d.n_idx) {  // the indexer key
-    for (int64_t i = threadIdx.x; i < d.di; i += blockDim.x) ik_cache[row * d.di + i] = ik[t * d.di + i];
-    return;
-  }
-  const float *src, *w;
-  float *dst, *cached = nullptr;
+  const int64_t j = blockIdx.x;
+  const bool value_head = j >= d.nh + d.nkv && j < d.nh + 2 * d.nkv, index_key = j == d.nh + 2 * d.nkv + d.n_idx;
+  const float *src = nullptr, *w = nullptr;
+  float *dst = nullptr, *cached = nullptr, *gate = nullptr;
   int64_t n = d.hd;
   if (j < d.nh) {  // a query head, its gate beside it
     src = qg + (t * d.nh + j) * 2 * d.hd, w = q_norm, dst = q_out + (t * d.nh + j) * d.hd;
-    for (int64_t i = threadIdx.x; i < d.hd; i += blockDim.x) gate_out[(t * d.nh + j) * d.hd + i] = src[d.hd + i];
+    gate = gate_out + (t * d.nh + j) * d.hd;
   } else if (j < d.nh + d.nkv) {  // a key head
-    j -= d.nh;
-    src = k + (t * d.nkv + j) * d.hd, w = k_norm, dst = k_out + (t * d.nkv + j) * d.hd;
-    cached = k_cache + (row * d.nkv + j) * d.hd;
-  } else {  // an indexer query head
-    j -= d.nh + 2 * d.nkv;
-    n = d.di, src = iq + (t * d.n_idx + j) * d.di, w = iq_norm, dst = iq_out + (t * d.n_idx + j) * d.di;
+    src = k + (t * d.nkv + j - d.nh) * d.hd, w = k_norm, dst = k_out + (t * d.nkv + j - d.nh) * d.hd;
+    cached = k_cache + (row * d.nkv + j - d.nh) * d.hd;
+  } else if (!value_head && !index_key) {  // an indexer query head
+    const int64_t q = j - (d.nh + 2 * d.nkv);
+    n = d.di, src = iq + (t * d.n_idx + q) * d.di, w = iq_norm, dst = iq_out + (t * d.n_idx + q) * d.di;
   }
-  const double r = block_inv_rms(src, n, d.eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) head[i] = static_cast<float>(src[i] * r * static_cast<double>(w[i]));
+  const bool a_value_a_thread = n <= blockDim.x && d.half <= blockDim.x;
+  const int64_t i = threadIdx.x;
+  const float wi = src && a_value_a_thread && i < n ? w[i] : 0.0f;
+  double c = 0, sn = 0;  // pair i's rotation
+  if (src && a_value_a_thread && i < d.half) rope_angle(inv_freq[i], positions[t], c, sn);
+  grid_dependency_wait();
+  if (value_head) {
+    const int64_t h = j - (d.nh + d.nkv);
+    for (int64_t e = threadIdx.x; e < d.hd; e += blockDim.x) v_cache[(row * d.nkv + h) * d.hd + e] = v[(t * d.nkv + h) * d.hd + e];
+    return;
+  }
+  if (index_key) {
+    for (int64_t e = threadIdx.x; e < d.di; e += blockDim.x) ik_cache[row * d.di + e] = ik[t * d.di + e];
+    return;
+  }
+  if (a_value_a_thread) {
+    const float xi = i < n ? src[i] : 0.0f;
+    if (gate && i < d.hd) gate[i] = src[d.hd + i];
+    const double r = 1.0 / sqrt(block_sum(static_cast<double>(xi) * xi) / n + static_cast<double>(d.eps));
+    if (i < n) head[i] = static_cast<float>(xi * r * static_cast<double>(wi));
+    __syncthreads();
+    if (i < d.half) rotate_pair(head, i, d.half, c, sn);
+  } else {
+    if (gate)
+      for (int64_t e = threadIdx.x; e < d.hd; e += blockDim.x) gate[e] = src[d.hd + e];
+    const double r = block_inv_rms(src, n, d.eps);
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) head[e] = static_cast<float>(src[e] * r * static_cast<double>(w[e]));
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < d.half; e += blockDim.x) rope_pair(head, e, d.half, inv_freq[e], positions[t]);
+  }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < d.half; i += blockDim.x) rope_pair(head, i, d.half, inv_freq[i], positions[t]);
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    dst[i] = head[i];
-    if (cached) cached[i] = head[i];
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    dst[e] = head[e];
+    if (cached) cached[e] = head[e];
   }
 }
 
