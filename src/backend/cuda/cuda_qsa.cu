@@ -1088,12 +1088,16 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
                               int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8) {
   extern __shared__ float w[];  // [n_chunks]
   __shared__ float warp_sums[kCombineWarps][32];
-  grid_dependency_wait();
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
   const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t dim = blockIdx.z * 32 + lane;
   const bool live = dim < hd;
+  const int64_t at = (t * nh + h) * hd + dim;
+  // The gate is an input of the attend op, and this kernel follows the op's chunk kernel: it was
+  // written before that kernel, so its sigmoid is ready before the wait.
+  const double gate_sigmoid = warp == 0 && live ? sigmoid_d(gate[at]) : 0.0;
+  grid_dependency_wait();
   float v[kCombineLoads];
 #pragma unroll
   for (int u = 0; u < kCombineLoads; ++u) {
@@ -1124,8 +1128,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   o = 0;
 #pragma unroll
   for (int i = 0; i < kCombineWarps; ++i) o += warp_sums[i][lane];
-  const int64_t at = (t * nh + h) * hd + dim;
-  const float y = L > 0 ? static_cast<float>(static_cast<double>(o / L) * sigmoid_d(gate[at])) : 0.0f;
+  const float y = L > 0 ? static_cast<float>(static_cast<double>(o / L) * gate_sigmoid) : 0.0f;
   out[at] = y;
   if (x8.codes) quantize_q8_0_value(y, at / 32, x8.codes, x8.scales);
 }
