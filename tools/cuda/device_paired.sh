@@ -12,7 +12,8 @@
 # those settings instead (no base/ needed). RUNS names the runs outright, space-separated, each a
 # build and its settings joined by commas: `tree`, `base` or the name of another tree under
 # .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
-# tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`.
+# tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`;
+# with CHECK=1, `ctest -L cuda` of the tree also runs under each setting of the tree's runs.
 # SERVE (e.g. "1,4") then times `regolith serve` of every run with that many streams at once
 # (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds). SPEC (e.g. "1 3")
 # writes the same model with an MTP block and times every run's speculative decode on it with that
@@ -73,6 +74,15 @@ for dir in "${others[@]}"; do
   [ -x "/tmp/$dir/regolith" ] || { echo "device_paired: the build of $(tree_of "$dir")/ failed"; exit 1; }
 done
 [ -x /tmp/b/regolith ] || { echo "device_paired: the tree's build failed"; exit 1; }
+# The tree's tests under each switch setting its runs use (the switches' code is tested too).
+if [ "${CHECK:-1}" != 0 ]; then
+  for r in "${runs[@]}"; do
+    spec=($r)
+    [ "${spec[0]}" = b ] && [ ${#spec[@]} -gt 1 ] || continue
+    echo "ctest -L cuda under ${spec[*]:1}: $(env "${spec[@]:1}" ctest --test-dir /tmp/b -L cuda -j 8 --timeout 300 2>&1 |
+      grep -E "tests passed|tests failed|\(Failed\)|Timeout")"
+  done
+fi
 model=/tmp/flash-next-64e-q4k.gguf
 [ -f "$model" ] || /tmp/b/regolith mkmodel --preset flash-next --experts 64 --type q8_0 \
   --tensor-type expert_gate_up=q4_k --repeat-experts -o "$model" >"$out/mkmodel.txt" 2>&1
