@@ -265,7 +265,10 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // (kWarps = 32), a block's positions are one Q8_0 chunk of each token's x, which it also writes
 // for the next op's products in place of a quantization kernel. H200, paired, three rounds: the
 // registers and the routed down kernel's items ahead together 197.2 -> 198.9 tok/s, the Q8_0
-// codes 198.9 -> 205.2.
+// codes 198.9 -> 205.2. In decode's instance (one token, up rows in registers, x8) the chain after
+// the wait (1/rms, SiLU, the sigmoids) is FP32 (rsqrtf, expf), where FP64 rsqrt, exp and divisions
+// took about 0.25 µs of dependent latency a call: H100, three paired rounds, decode 250.3 / 249.9 /
+// 250.1 -> 253.0 / 253.0 / 253.0 tok/s. The other instances keep FP64.
 template <typename U, bool kUnitInRegisters, int kWarps, int TB>
 __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps, int T,
@@ -273,6 +276,7 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     const float* __restrict__ y, const float* __restrict__ write_w, const float* __restrict__ gamma,
     float* __restrict__ x, float* __restrict__ inject_w, QuantizeTarget x8) {
   constexpr int S = kDecodeStreams;
+  constexpr bool kFloatMath = TB == 1 && kUnitInRegisters && kWarps == 32;
   extern __shared__ __align__(16) float lo[];  // [T][r]
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, W = S * H;
   const int lane = threadIdx.x % 32;
@@ -309,9 +313,13 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   float row_parts[S];
 #pragma unroll
   for (int s = 0; s < S; ++s) row_parts[s] = holds_row ? part[s * n_rows + threadIdx.x] : 0.0f;
-  // Each token's 1/rms of each stream, once a block: rsqrt in double, within an ulp of the
-  // reference's 1/sqrt and quicker. One token's stay in registers; several tokens' in shared memory.
-  const auto stream_rinv = [&](int j) { return rsqrt(static_cast<double>(sumsq[j]) / H + static_cast<double>(eps)); };
+  // Each token's 1/rms of each stream, once a block: by rsqrtf (kFloatMath) or rsqrt in double
+  // (within an ulp of the reference's 1/sqrt and quicker). One token's stay in registers; several
+  // tokens' in shared memory.
+  const auto stream_rinv = [&](int j) -> double {
+    if constexpr (kFloatMath) return rsqrtf(sumsq[j] / static_cast<float>(H) + eps);
+    return rsqrt(static_cast<double>(sumsq[j]) / H + static_cast<double>(eps));
+  };
   double rinv_one[S];
   __shared__ double rinv_tokens[TB > 1 ? TB : 1][S];
   if constexpr (TB == 1) {
@@ -338,8 +346,8 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   if (row_a_thread) {
     if (holds_row) {
       const double v = mixed(0, [&](int s) { return row_parts[s]; });
-      if (threadIdx.x < lo_size) lo[threadIdx.x] = static_cast<float>(silu_d(v));
-      else inject_w[threadIdx.x - lo_size] = static_cast<float>(2.0 * sigmoid_d(v));
+      if (threadIdx.x < lo_size) lo[threadIdx.x] = kFloatMath ? silu_f(static_cast<float>(v)) : static_cast<float>(silu_d(v));
+      else inject_w[threadIdx.x - lo_size] = kFloatMath ? 2.0f * sigmoid_f(static_cast<float>(v)) : static_cast<float>(2.0 * sigmoid_d(v));
     }
   } else {
     for (int j = threadIdx.x; j < n_tokens * lo_size; j += blockDim.x)
@@ -369,7 +377,13 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
 #pragma unroll
     for (int s = 1; s < S; ++s)
       if (lane == s) rinv_lane = rinv_one[s];
-    const double term = lane < S ? sigmoid_d(m) * (static_cast<double>(R_lane) * rinv_lane * g) : 0.0;
+    double term;  // lane s: stream s's term of the mix
+    if constexpr (kFloatMath) {
+      const double gate = sigmoid_f(m);  // every lane's: cheaper than a branch around it
+      term = lane < S ? gate * (static_cast<double>(R_lane) * rinv_lane * g) : 0.0;
+    } else {
+      term = lane < S ? sigmoid_d(m) * (static_cast<double>(R_lane) * rinv_lane * g) : 0.0;
+    }
     if (lane < S && y) R[i] = R_lane;
     double terms[S];
 #pragma unroll
