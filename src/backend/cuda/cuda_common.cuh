@@ -136,6 +136,11 @@ __device__ T block_sum(T v) {
   return total;
 }
 
+// 1/sqrt(mean(x²) + eps) from the sum of the n squares, in FP64.
+__device__ __forceinline__ double inv_rms(double sum_squares, int64_t n, float eps) {
+  return 1.0 / sqrt(sum_squares / n + static_cast<double>(eps));
+}
+
 // 1/sqrt(mean(x²) + eps) over x[0 .. n), by the whole block (FP64 partial sums a thread, then
 // block_sum): the RMSNorm scale of rms_norm_kernel and of the fused ops that norm as it does. x is
 // read through L2, so a caller may norm values that other blocks of its kernel wrote.
@@ -145,8 +150,7 @@ __device__ __forceinline__ double block_inv_rms(const float* x, int64_t n, float
     const double v = __ldcg(x + i);
     ss += v * v;
   }
-  ss = block_sum(ss);
-  return 1.0 / sqrt(ss / n + static_cast<double>(eps));
+  return inv_rms(block_sum(ss), n, eps);
 }
 
 // Counts the calling block (every thread calls) as one of `blocks` finished on *counter and returns

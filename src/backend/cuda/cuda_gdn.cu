@@ -65,7 +65,7 @@ __device__ __forceinline__ void gated_norm_group(const float* x, const float* z,
     const bool holds = j < dv;  // whole warps when q8.codes is set
     const float xj = holds ? __ldcg(x + j) : 0.0f, wj = holds ? w[j] : 0.0f;
     const double gate = holds ? sigmoid_d(z[j]) : 0.0;
-    const double r = 1.0 / sqrt(block_sum(static_cast<double>(xj) * xj) / dv + static_cast<double>(eps));
+    const double r = inv_rms(block_sum(static_cast<double>(xj) * xj), dv, eps);
     if (holds) finish(j, gated_norm_value(xj, r, wj, gate));
     return;
   }
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ss += static_cast<double>(v[e]) * v[e];
   }
-  const double r = 1.0 / sqrt(warp_sum(ss) / kDv + static_cast<double>(eps));
+  const double r = inv_rms(warp_sum(ss), kDv, eps);
 #pragma unroll
   for (int k = 0; k < kQuads; ++k) {
     const float xv[4] = {xs[k].x, xs[k].y, xs[k].z, xs[k].w}, zv[4] = {zs[k].x, zs[k].y, zs[k].z, zs[k].w},

@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ss += static_cast<double>(v[k][e]) * v[k][e];
   }
-  const double r = 1.0 / sqrt(block_sum(ss) / H + static_cast<double>(eps));
+  const double r = inv_rms(block_sum(ss), H, eps);
 #pragma unroll
   for (int k = 0; k < kNormQuads; ++k) {
     const int64_t q = threadIdx.x + k * kNormThreads;

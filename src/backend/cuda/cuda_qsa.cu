@@ -81,7 +81,7 @@ __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float*
   if (a_value_a_thread) {
     const float xi = i < n ? src[i] : 0.0f;
     if (gate && i < d.hd) gate[i] = src[d.hd + i];
-    const double r = 1.0 / sqrt(block_sum(static_cast<double>(xi) * xi) / n + static_cast<double>(d.eps));
+    const double r = inv_rms(block_sum(static_cast<double>(xi) * xi), n, d.eps);
     if (i < n) head[i] = static_cast<float>(xi * r * static_cast<double>(wi));
     __syncthreads();
     if (i < d.half) rotate_pair(head, i, d.half, c, sn);
@@ -115,7 +115,7 @@ __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* i
     ss += static_cast<double>(m) * m;
   }
   ss = block_sum(ss);  // also orders the mean[] writes before the reads below
-  double r = 1.0 / sqrt(ss / d + static_cast<double>(eps));
+  const double r = inv_rms(ss, d, eps);
   float* out = pooled + b * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] = static_cast<float>(mean[i] * r * w[i]);
   __syncthreads();
