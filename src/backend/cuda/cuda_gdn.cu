@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
                     GdnCoreExtras x) {
   __shared__ double q[kStepWarps * kRows], k[kStepWarps * kRows];
   __shared__ double part[kStepWarps][32];
-  __shared__ double norm_scale[2];
+  __shared__ double token_gates[2];  // the decay e^g and beta
   constexpr bool kColumns = kMode == ScanMode::kColumns;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h = blockIdx.x, kh = h % nk, j = static_cast<int64_t>(blockIdx.y) * 32 + lane;
@@ -179,32 +179,27 @@ __global__ void __launch_bounds__(kStepWarps * 32)
       k[i] = row[nk * dk + kh * dk + i];
     }
     __syncthreads();
-    if (warp == 0) {
-      double ssq = 0, ssk = 0;
-      for (int64_t i = lane; i < dk; i += 32) {
-        ssq += q[i] * q[i];
-        ssk += k[i] * k[i];
+    // Three warps at once: warp 0 normalizes q and warp 1 k (each lane the values it summed) while
+    // warp 2 forms the token's gates; one barrier publishes all three, which keeps the FP64 gate
+    // chain off the products' critical path.
+    if (warp < 2) {
+      double* qk = warp == 0 ? q : k;
+      double ss = 0;
+      for (int64_t i = lane; i < dk; i += 32) ss += qk[i] * qk[i];
+      ss = warp_sum(ss);
+      const double scale = (warp == 0 ? q_scale : 1.0) / sqrt(ss + 1e-6);
+      for (int64_t i = lane; i < dk; i += 32) qk[i] *= scale;
+    } else if (warp == 2 && lane == 0) {
+      float gt = gate_a, bt = gate_b;
+      if (x.alpha) {
+        gdn_gate_values(gate_a, gate_b, A, dt, gt, bt);
+        if (blockIdx.y == 0) x.g_out[t * nv + h] = gt, x.beta_out[t * nv + h] = bt;
       }
-      ssq = warp_sum(ssq);
-      ssk = warp_sum(ssk);
-      if (lane == 0) {
-        norm_scale[0] = q_scale / sqrt(ssq + 1e-6);
-        norm_scale[1] = 1.0 / sqrt(ssk + 1e-6);
-      }
+      token_gates[0] = exp(static_cast<double>(gt));
+      token_gates[1] = bt;
     }
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
-      q[i] *= norm_scale[0];
-      k[i] *= norm_scale[1];
-    }
-    __syncthreads();
-    float gt = gate_a, bt = gate_b;
-    if (x.alpha) {
-      gdn_gate_values(gate_a, gate_b, A, dt, gt, bt);
-      if (blockIdx.y == 0 && threadIdx.x == 0) x.g_out[t * nv + h] = gt, x.beta_out[t * nv + h] = bt;
-    }
-    const double decay = exp(static_cast<double>(gt));
-    const double b = bt;
+    const double decay = token_gates[0], b = token_gates[1];
     double m = 0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {

@@ -113,15 +113,17 @@ __device__ void route_token(const WarpLogits<kPerLane>& logits, int64_t k, int32
   });
   __syncwarp();  // lane 0's logits are read by every lane
   // The picks' probabilities, a lane each, summed in pick order (as the reference sums them): the
-  // exponentials run side by side rather than one after another on the critical path.
-  double top = 0;
+  // exponentials run side by side rather than one after another on the critical path. The first 32
+  // stay in their lanes for the normalisation.
+  const auto probability = [&](int64_t j) { return exp(static_cast<double>(weights[j]) - mx) / sum; };
+  double top = 0, first_p = 0;
   for (int64_t j0 = 0; j0 < k; j0 += 32) {
-    const double p = j0 + lane < k ? exp(static_cast<double>(weights[j0 + lane]) - mx) / sum : 0.0;
+    const double p = j0 + lane < k ? probability(j0 + lane) : 0.0;
+    if (j0 == 0) first_p = p;
     for (int i = 0; i < 32 && j0 + i < k; ++i) top += __shfl_sync(0xffffffffu, p, i);
   }
   __syncwarp();  // every lane has read the logits before they are overwritten
-  for (int64_t j = lane; j < k; j += 32)
-    weights[j] = static_cast<float>(exp(static_cast<double>(weights[j]) - mx) / sum / top);
+  for (int64_t j = lane; j < k; j += 32) weights[j] = static_cast<float>((j < 32 ? first_p : probability(j)) / top);
 }
 
 // One warp per token.
@@ -384,7 +386,8 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 2)
   __syncthreads();
   if (threadIdx.x >= kGateUpRows) return;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGateUpRows + threadIdx.x;
-  const float v = valid && row < F ? static_cast<float>(silu_d(gu[0][threadIdx.x]) * gu[1][threadIdx.x]) : 0.0f;
+  const float g = gu[0][threadIdx.x], u = gu[1][threadIdx.x];
+  const float v = valid && row < F ? static_cast<float>(silu_d(g) * u) : 0.0f;
   if (h8.codes)
     quantize_q8_0_value(v, pair * (F / 32) + blockIdx.x, h8.codes, h8.scales);
   else if (row < F)
