@@ -13,7 +13,10 @@ build=${1:-/tmp/b}
 model=${2:-/tmp/flash-next-64e-q4k.gguf}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then echo "device_stalls: no ncu"; exit 1; fi
-timeout "${NCU_LIMIT:-240}" "$ncu" --clock-control none --csv -k "regex:${KERNELS:-expert_(gate_up|down)}" \
+# Queued steps off: their first kernel waits for the host's next token, and ncu serializes each
+# launch (the host stays in the launch until the kernel ends), so queued decode can wait for ever
+# (session 56's run with queued steps on wrote no rows in 240 s).
+REGOLITH_CUDA_QUEUED=0 timeout "${NCU_LIMIT:-240}" "$ncu" --clock-control none --csv -k "regex:${KERNELS:-expert_(gate_up|down)}" \
   --launch-skip "${SKIP:-96}" --launch-count "${COUNT:-8}" \
   --metrics "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
   "$build/regolith" bench -m "$model" --backend cuda ${BENCH_ARGS:--p 0 -n 4} -r 1 >"$out/stalls.csv" 2>"$out/stalls.err"

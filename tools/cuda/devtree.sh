@@ -10,10 +10,11 @@ cd "$(dirname "$0")/../.."
 grep -qx '/.devtree/' .git/info/exclude 2>/dev/null || echo '/.devtree/' >>.git/info/exclude
 rm -rf .devtree
 mkdir .devtree
-git archive HEAD | tar -x -C .devtree
+# tar -m: files dated now, not at their commit, so a warm machine's build of an older tree rebuilds.
+git archive HEAD | tar -x -m -C .devtree
 cp -r .deps .devtree/
 if [ $# -ge 1 ]; then
   mkdir .devtree/base
-  git archive "$1" | tar -x -C .devtree/base
+  git archive "$1" | tar -x -m -C .devtree/base
 fi
 du -sh .devtree
