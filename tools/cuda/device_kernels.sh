@@ -11,7 +11,8 @@ build=${1:-/tmp/b}
 model=${2:-/tmp/flash-next-64e-q4k.gguf}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then echo "device_kernels: no ncu"; exit 1; fi
-timeout "${NCU_LIMIT:-300}" "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+# Queued steps off, as in device_stalls.sh: ncu serializes launches, and a queued step waits for the host.
+REGOLITH_CUDA_QUEUED=0 timeout "${NCU_LIMIT:-300}" "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
   --launch-count "${COUNT:-3000}" "$build/regolith" bench -m "$model" --backend cuda -p 1 -n 2 -r 1 >/tmp/ncu.csv 2>/tmp/ncu.err
 echo "ncu exit $?, $(grep -c gpu__time_duration /tmp/ncu.csv) kernels"
 python3 - "$out/kernels.txt" <<'PY'

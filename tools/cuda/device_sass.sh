@@ -21,7 +21,8 @@ CUDAFLAGS=-lineinfo BUILD_ONLY=1 tools/cuda/device_check.sh "$build" >"$out/sass
   { tail -20 "$out/sass-build.txt"; exit 1; }
 [ -f "$model" ] || "$build/regolith" mkmodel --preset flash-next --experts 64 --type q8_0 \
   --tensor-type expert_gate_up=q4_k --repeat-experts -o "$model" >/dev/null
-timeout "${NCU_LIMIT:-300}" "$ncu" --set full --import-source yes -k "regex:$KERNELS" \
+# Queued steps off, as in device_stalls.sh: ncu serializes launches, and a queued step waits for the host.
+REGOLITH_CUDA_QUEUED=0 timeout "${NCU_LIMIT:-300}" "$ncu" --set full --import-source yes -k "regex:$KERNELS" \
   --launch-skip "${SKIP:-900}" --launch-count "${COUNT:-40}" -o /tmp/sass -f \
   "$build/regolith" bench -m "$model" --backend cuda ${BENCH_ARGS:--p 0 -n 8} -r 1 >"$out/sass-ncu.log" 2>&1
 echo "ncu exit $?"
