@@ -9,10 +9,11 @@ portable target, -O3), and the PTX split into functions. Functions are matched b
 file's hashed anonymous-namespace names are normalized and a defaulted `false` bool template
 argument is dropped (a switch's template parameter added on a branch), and compared once comments,
 .loc lines, register declarations, label numbers and register numbers (renamed in first-use order)
-are set aside: equal means the same instructions on the same operands (in either of two compiles
-of each commit: nvcc's PTX of a large kernel is not always the same from one compile to the next). This is how a switch's
-measured instance is shown to be the one that lands without the switch. Exit status 1 when a common
-function differs; --show prints the difference of the first function whose name contains NAME_PART.
+are set aside: equal means the same instructions on the same operands, in either of two compiles of
+each commit (nvcc's PTX of a large kernel is not always the same from one compile to the next).
+This is how a switch's measured instance is shown to be the one that lands without the switch.
+Exit status 1 when a common function differs; --show prints the difference of the first function
+whose name contains NAME_PART.
 """
 import argparse
 import difflib
