@@ -182,6 +182,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     // Three warps at once: warp 0 normalizes q and warp 1 k (each lane the values it summed) while
     // warp 2 forms the token's gates; one barrier publishes all three, which keeps the FP64 gate
     // chain off the products' critical path.
+    static_assert(kStepWarps >= 3, "the token's gates are warp 2's");
     if (warp < 2) {
       double* qk = warp == 0 ? q : k;
       double ss = 0;
