@@ -229,10 +229,22 @@ __device__ __forceinline__ int dot16_bytes(const uint4& a, const uint4& b) {
                        __dp4a(static_cast<int>(a.y), static_cast<int>(b.y), __dp4a(static_cast<int>(a.x), static_cast<int>(b.x), 0))));
 }
 
-// The low (shift 0) or high (shift 4) nibbles of 16 bytes, each as a byte.
-__device__ __forceinline__ uint4 nibbles(const uint4& q, int shift) {
+// The low nibbles of 16 bytes, each as a byte.
+__device__ __forceinline__ uint4 low_nibbles(const uint4& q) {
   constexpr uint32_t kLow = 0x0F0F0F0Fu;
-  return {(q.x >> shift) & kLow, (q.y >> shift) & kLow, (q.z >> shift) & kLow, (q.w >> shift) & kLow};
+  return {q.x & kLow, q.y & kLow, q.z & kLow, q.w & kLow};
+}
+
+// Σ hi_i·b_i over the high nibbles hi_i of the 16 bytes of q and the signed bytes of b, exactly:
+// the nibbles stay in place (bytes 16·hi_i, unsigned: dp4a.u32.s32), so each word takes a mask and
+// no shift, and the sum, a multiple of 16, is shifted once.
+__device__ __forceinline__ int dot16_high_nibbles(const uint4& q, const uint4& b) {
+  constexpr uint32_t kHigh = 0xF0F0F0F0u;
+  int sum = 0;
+  const uint32_t qs[4] = {q.x, q.y, q.z, q.w}, bs[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(sum) : "r"(qs[i] & kHigh), "r"(bs[i]));
+  return sum >> 4;
 }
 
 // gate·x and up·x of one Q4_K row pair on Q8_K activations, by a warp, into lane sums. Eight lanes
@@ -263,7 +275,7 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
     const float xd = x_scales[b * 8].x;
     const int xs0 = dot16_bytes(x0, kOnes), xs1 = dot16_bytes(x1, kOnes);
     const auto row_dot = [&](const uint4& header, const uint4& q) {
-      const int lo = dot16_bytes(nibbles(q, 0), x0), hi = dot16_bytes(nibbles(q, 4), x1);
+      const int lo = dot16_bytes(low_nibbles(q), x0), hi = dot16_high_nibbles(q, x1);
       uint32_t scales, mins;
       k4_scale_min_pair(header, pair, scales, mins);
       const int sc = static_cast<int>(scales & 0xFF) * lo + static_cast<int>(scales >> 8) * hi;
