@@ -1104,11 +1104,20 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
     const int64_t c = warp + u * kCombineWarps;
     v[u] = live && c < n_chunks ? part_o[(first + c * G) * hd + dim] : 0.0f;
   }
-  float M = -INFINITY;
-  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) M = fmaxf(M, part_m[first + c * G]);
+  // A thread's first chunk's l is loaded with its m, before the maximum's barriers (decode's splits:
+  // at most a chunk a thread).
+  const int64_t own = threadIdx.x;
+  const float own_m = own < n_chunks ? part_m[first + own * G] : -INFINITY;
+  const float own_l = own < n_chunks ? part_l[first + own * G] : 0.0f;
+  float M = own_m;
+  for (int64_t c = own + blockDim.x; c < n_chunks; c += blockDim.x) M = fmaxf(M, part_m[first + c * G]);
   M = block_max(M);
   float L = 0;
-  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) {
+  if (own < n_chunks) {
+    w[own] = own_m != -INFINITY ? expf(own_m - M) : 0.0f;
+    L = fmaf(w[own], own_l, L);
+  }
+  for (int64_t c = own + blockDim.x; c < n_chunks; c += blockDim.x) {
     const float m = part_m[first + c * G];
     w[c] = m != -INFINITY ? expf(m - M) : 0.0f;
     L = fmaf(w[c], part_l[first + c * G], L);
