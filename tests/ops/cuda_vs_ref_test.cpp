@@ -573,11 +573,12 @@ std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c, bool without_se
 // Decode and prefill attention with every row dense and no selection (the model's calls while the
 // cache is short), against the reference reading the same causal selections. Head width 256:
 // decode splits on the tensor cores (1 and 3 tokens), the token-a-block tiles (100 tokens) and the
-// dense tiles (200 tokens); 96: the chunk kernel (each token count).
+// dense tiles (200 tokens); 96: the chunk kernel (each token count). One token's new position
+// first, last and inside its split's chunk (under REGOLITH_XKVEARLY=1 requested after the others).
 TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
   const int64_t nh = 24, nkv = 2;
-  for (auto [T, n0, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 256}, {1, 130, 256}, {3, 57, 256}, {100, 20, 256},
-                           {200, 9, 256}, {1, 130, 96}, {3, 57, 96}, {100, 20, 96}}) {
+  for (auto [T, n0, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 256}, {1, 31, 256}, {1, 128, 256}, {1, 130, 256},
+                           {3, 57, 256}, {100, 20, 256}, {200, 9, 256}, {1, 130, 96}, {3, 57, 96}, {100, 20, 96}}) {
     const int64_t cap = n0 + T + 2, max_sel = n0 + T;
     auto q = random_values(hd * nh * T, 540), gate = random_values(hd * nh * T, 541);
     auto kc = random_values(hd * nkv * cap, 542), vc = random_values(hd * nkv * cap, 543);

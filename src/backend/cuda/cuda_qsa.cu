@@ -656,15 +656,17 @@ struct AttendParts {
   float *m = nullptr, *l = nullptr, *o = nullptr;
 };
 
-// Rows t < dense_rows attend to positions 0 .. dense_n0 + t and read no sel.
+// Rows t < dense_rows attend to positions 0 .. dense_n0 + t and read no sel. early_kv (one dense
+// row, whose position dense_n0 alone the previous kernels wrote into the caches): a block requests
+// its first chunk's K and V rows of the earlier positions before the wait, so that they arrive
+// while the kernel before it ends, and the new position's after it.
 template <int kHd>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int32_t* __restrict__ sel,
                           const int32_t* __restrict__ n_sel, int64_t dense_n0, int64_t dense_rows, int64_t nh,
-                          int64_t nkv, int64_t cap, int64_t max_sel, float scale, AttendParts parts,
+                          int64_t nkv, int64_t cap, int64_t max_sel, float scale, bool early_kv, AttendParts parts,
                           float* __restrict__ out) {
-  grid_dependency_wait();
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv, z = blockIdx.z, stride = parts.n_splits * kMmaChunk;
   constexpr int kp = kHd + 8, vp = kHd + 4;  // row pitches of K and V
@@ -679,7 +681,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates
   const bool dense = t < dense_rows;
-  const int64_t n_total = dense ? dense_n0 + t + 1 : n_sel[t];
+  int64_t n_total = dense_n0 + t + 1;  // a dense row's; a selection's count is read after the wait
   const int32_t* sel_t = dense ? nullptr : sel + t * max_sel;
   auto set_rows = [&](int64_t j0, int32_t* r) {
     if (tid < kMmaChunk) {
@@ -701,17 +703,30 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     const int i = tid + n * kThreads;
     return {i / kPieces, i % kPieces};
   };
-  auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch) {
+  // Row `skip` is not requested (early_kv's new position, requested after the wait).
+  auto request = [&](const float* cache, const int32_t* r, float* dst, int pitch, int32_t skip = -2) {
 #pragma unroll
     for (int n = 0; n < kMmaChunk * kPieces / kThreads; ++n) {
       const int2 at = piece(n);
       const int32_t row = r[at.x];
       const char* piece_of_row0 = reinterpret_cast<const char*>(cache + g * kHd + 4 * at.y);
       const uint64_t row_at = static_cast<uint64_t>(static_cast<uint32_t>(max(row, 0))) * row_bytes;
-      cp_async_16_or_zero(dst + at.x * pitch + 4 * at.y, piece_of_row0 + row_at, row >= 0);
+      if (row != skip) cp_async_16_or_zero(dst + at.x * pitch + 4 * at.y, piece_of_row0 + row_at, row >= 0);
     }
     cp_async_commit();
   };
+  const bool early = early_kv && dense;
+  const int32_t new_row = static_cast<int32_t>(dense_n0 + t);
+  if (early) {
+    set_rows(z * kMmaChunk, rows);
+    __syncthreads();
+    if (z * kMmaChunk < n_total) {
+      request(kc, rows, ks, kp, new_row);
+      request(vc, rows, vs, vp, new_row);
+    }
+  }
+  grid_dependency_wait();
+  if (!dense) n_total = n_sel[t];
 
   // This warp's dimensions, 8 a step: the A fragments of Q (rows gq and gq + 8, zero past G), k
   // slots tq and tq + 4 on dimensions 2·tq and 2·tq + 1 of the step.
@@ -728,18 +743,35 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
   // Split z takes chunks z, z + n_splits, ...
-  set_rows(z * kMmaChunk, rows);
-  __syncthreads();
-  if (z * kMmaChunk < n_total) {
-    request(kc, rows, ks, kp);
-    request(vc, rows, vs, vp);
+  if (early) {
+    // The new position's K and V pieces, a thread each, as a third group (the first chunk then
+    // waits for all three).
+    const int64_t at = new_row - z * kMmaChunk;
+    if (at >= 0 && at < kMmaChunk && tid < 2 * kPieces) {
+      const bool value = tid >= kPieces;
+      const int col = tid % kPieces;
+      float* dst = value ? vs + at * vp : ks + at * kp;
+      const float* src = (value ? vc : kc) + (static_cast<int64_t>(new_row) * nkv + g) * kHd + 4 * col;
+      cp_async_16_or_zero(dst + 4 * col, src, new_row < cap);
+    }
+    cp_async_commit();
+  } else {
+    set_rows(z * kMmaChunk, rows);
+    __syncthreads();
+    if (z * kMmaChunk < n_total) {
+      request(kc, rows, ks, kp);
+      request(vc, rows, vs, vp);
+    }
   }
   float o[kSteps][4] = {};  // output dimensions warp·kDims + 8·ni + 2·tq + e % 2 of row gq + 8·(e / 2)
   for (int64_t j0 = z * kMmaChunk, c = 0; j0 < n_total; j0 += stride, ++c) {
     const int32_t* cur = rows + (c % 2) * kMmaChunk;
     int32_t* next = rows + ((c + 1) % 2) * kMmaChunk;
     const bool more = j0 + stride < n_total;
-    cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
+    if (early && c == 0)
+      cp_async_wait<0>();  // the first chunk's K and V rows, the new position's among them
+    else
+      cp_async_wait<1>();  // this chunk's K rows have landed (its V rows may be in flight)
     __syncthreads();
     // Partial scores of the chunk's 32 positions over this warp's dimensions, an independent chain
     // of mmas for each 8 positions. Accumulator e of tile ni: row gq + 8·(e / 2), position 8·ni +
@@ -1042,6 +1074,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 1)
 template <int kHd>
 void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0, AttendParts parts = {}) {
   const int64_t nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
+  const bool early_kv = row0 == 0 && T == 1 && a.dense_rows == 1;
   const int64_t max_sel = a.sel ? a.sel->ne(0) : 0, row = kHd * nh;
   const size_t smem = mma_attend_words(kHd) * sizeof(float);
   [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
@@ -1055,7 +1088,7 @@ void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0
          a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(),
          a.sel ? a.sel->i32() + row0 * max_sel : nullptr, a.n_sel ? a.n_sel->i32() + row0 : nullptr,
          a.dense_n0 + row0, std::max<int64_t>(0, a.dense_rows - row0), nh, nkv, a.k_cache->ne(2), max_sel, a.scale,
-         parts, a.out->f32() + row0 * row);
+         early_kv, parts, a.out->f32() + row0 * row);
 }
 
 // The first T rows of a (all dense).
