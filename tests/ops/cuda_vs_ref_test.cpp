@@ -574,7 +574,8 @@ std::vector<float> run_qsa_attend(Backend& be, const QsaCase& c, bool without_se
 // cache is short), against the reference reading the same causal selections. Head width 256:
 // decode splits on the tensor cores (1 and 3 tokens), the token-a-block tiles (100 tokens) and the
 // dense tiles (200 tokens); 96: the chunk kernel (each token count). One token's new position
-// first, last and inside its split's chunk (under REGOLITH_XKVEARLY=1 requested after the others).
+// first, last and inside its split's chunk (the tensor-core kernel requests it after its wait,
+// the chunk's other rows before).
 TEST_F(CudaVsRef, QsaAttendWithoutSelection) {
   const int64_t nh = 24, nkv = 2;
   for (auto [T, n0, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 256}, {1, 31, 256}, {1, 128, 256}, {1, 130, 256},
