@@ -809,15 +809,17 @@ TEST_F(CudaVsRef, HcReadQ8OutputForTheNextProduct) {
 }
 
 // qsa_prepare in one kernel against the reference's split, norms, rotations and cache copies:
-// every output and the three caches (rows before n0 untouched), one token and several.
+// every output and the three caches (rows before n0 untouched), one token and several, at positions
+// that follow one another (the kernel gets the first) and three apart (it reads the list).
 TEST_F(CudaVsRef, QsaPrepareOneKernel) {
   int64_t hd = 64, nh = 3, nkv = 2, di = 32, n_idx = 2, n_rot = 16, cap = 12, n0 = 5;
   auto q_norm = make_weight("q_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 180));
   auto k_norm = make_weight("k_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 181));
   auto iq_norm = make_weight("iq_norm", GgmlType::F32, {di, 1, 1, 1}, random_values(di, 182));
-  for (int64_t T : {1, 4}) {
+  const std::pair<int64_t, int64_t> cases[] = {{1, 1}, {4, 1}, {4, 3}};  // tokens, position step
+  for (auto [T, step] : cases) {
     std::vector<int64_t> pos;
-    for (int64_t t = 0; t < T; ++t) pos.push_back(n0 + t);
+    for (int64_t t = 0; t < T; ++t) pos.push_back(n0 + step * t);
     auto qg = random_values(2 * hd * nh * T, 183), k = random_values(hd * nkv * T, 184, 3.0f);
     auto v = random_values(hd * nkv * T, 185), iq = random_values(di * n_idx * T, 186), ik = random_values(di * T, 187);
     std::vector<float> got[2][7];
@@ -840,9 +842,9 @@ TEST_F(CudaVsRef, QsaPrepareOneKernel) {
     }
     const char* names[] = {"q", "gate", "k", "iq", "k cache", "v cache", "ik cache"};
     for (int o = 0; o < 7; ++o)
-      report_close(got[0][o], widen(got[1][o]), 1e-6, std::string("qsa_prepare ") + names[o] + " T=" + std::to_string(T));
-    EXPECT_EQ(got[0][5], got[1][5]) << "v cache T=" << T;
-    EXPECT_EQ(got[0][6], got[1][6]) << "ik cache T=" << T;
+      report_close(got[0][o], widen(got[1][o]), 1e-6, std::string("qsa_prepare ") + names[o] + " T=" + std::to_string(T) + " step " + std::to_string(step));
+    EXPECT_EQ(got[0][5], got[1][5]) << "v cache T=" << T << " step " << step;
+    EXPECT_EQ(got[0][6], got[1][6]) << "ik cache T=" << T << " step " << step;
   }
 }
 

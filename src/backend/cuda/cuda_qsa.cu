@@ -19,6 +19,24 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Token t's position in the QSA kernels. Where a step's positions follow one another (decode, and
+// prefill's chunks) the kernels get the first one as a parameter; the list is uploaded only
+// otherwise. A decode step's position is new every step, so its upload was a host copy inside
+// the step's graph, between the input products and the prepare kernel (no programmatic edge
+// there; session 44's trace showed about 7 µs of idle at it).
+struct TokenPositions {
+  const int64_t* list;  // null: first + t
+  int64_t first;
+  __device__ int64_t operator[](int64_t t) const { return list ? list[t] : first + t; }
+  TokenPositions from(int64_t t0) const { return {list ? list + t0 : nullptr, first + t0}; }
+};
+
+TokenPositions token_positions(CudaBackend& be, std::span<const int64_t> positions) {
+  for (size_t t = 1; t < positions.size(); ++t)
+    if (positions[t] != positions[0] + static_cast<int64_t>(t)) return {be.cached_upload(positions), 0};
+  return {nullptr, positions.empty() ? 0 : positions[0]};
+}
+
 __global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t hd, int64_t n) {
   grid_dependency_wait();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -43,7 +61,7 @@ struct QsaPrepareShape {
 // is ready before the wait; a head of at most a value a thread then takes one trip to memory.
 __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float* v, const float* iq, const float* ik,
                                    const float* q_norm, const float* k_norm, const float* iq_norm,
-                                   const int64_t* positions, const float* inv_freq, QsaPrepareShape d, float* q_out,
+                                   TokenPositions positions, const float* inv_freq, QsaPrepareShape d, float* q_out,
                                    float* gate_out, float* k_out, float* iq_out, float* k_cache, float* v_cache,
                                    float* ik_cache) {
   extern __shared__ float head[];
@@ -136,7 +154,7 @@ constexpr int kScoreHeads = 4;          // heads summed together per pass over t
 
 __global__ void __launch_bounds__(kScoreQuadThreads)
     qsa_score_quad_kernel(const float* __restrict__ iq, const float* __restrict__ pooled,
-                          const int64_t* __restrict__ positions, int64_t d, int64_t nh, int64_t ratio,
+                          TokenPositions positions, int64_t d, int64_t nh, int64_t ratio,
                           int64_t nb_max, double* __restrict__ scores) {
   extern __shared__ double q_rows[];  // [nh][d]
   grid_dependency_wait();
@@ -201,7 +219,7 @@ constexpr int kScorePitch = kScoreSlice + 1;  // doubles: the 16 rows a warp rea
 
 __global__ void __launch_bounds__(256)
     qsa_score_tiled_kernel(const float* __restrict__ iq, const float* __restrict__ pooled,
-                           const int64_t* __restrict__ positions, int64_t T, int64_t d, int64_t nh, int64_t ratio,
+                           TokenPositions positions, int64_t T, int64_t d, int64_t nh, int64_t ratio,
                            int64_t nb_max, double* __restrict__ scores) {
   grid_dependency_wait();
   __shared__ double qs[kScoreTile][kScorePitch], ks[kScoreTile][kScorePitch];
@@ -281,7 +299,7 @@ constexpr int kChooseBinBits = 11, kChooseBins = 1 << kChooseBinBits;  // bits o
 static_assert(kChooseBins == 2 * kChooseThreads, "the scan over the buckets takes two a thread");
 constexpr int64_t kChooseSharedKeys = 16384;  // 128 KB: contexts up to 64K at ratio 4
 __global__ void __launch_bounds__(kChooseThreads) qsa_choose_kernel(const double* __restrict__ scores,
-                                                                    const int64_t* positions, int64_t ratio,
+                                                                    TokenPositions positions, int64_t ratio,
                                                                     int64_t top_blocks, int64_t nb_max, int64_t max_sel,
                                                                     int32_t* sel, int32_t* n_sel) {
   grid_dependency_wait();
@@ -1195,7 +1213,7 @@ void CudaBackend::qsa_prepare(const QsaPrepareArgs& a) {
   std::vector<float> inv = rope_inv_freq(a.n_rot, a.theta);
   const float* freq = cached_upload(std::span<const float>(inv));
   const dim3 grid(static_cast<unsigned>(d.nh + 2 * d.nkv + d.n_idx + 1), static_cast<unsigned>(T));
-  launch(stream_, "qsa_prepare_kernel", qsa_prepare_kernel, grid, kThreads, std::max(d.hd, d.di) * sizeof(float), a.qg->f32(), a.k->f32(), a.v->f32(), a.iq->f32(), a.ik->f32(), values(*a.q_norm), values(*a.k_norm), values(*a.iq_norm), cached_upload(a.positions), freq, d, a.q_out->f32(), a.gate_out->f32(), a.k_out->f32(), a.iq_out->f32(), a.k_cache->f32(), a.v_cache->f32(), a.ik_cache->f32());
+  launch(stream_, "qsa_prepare_kernel", qsa_prepare_kernel, grid, kThreads, std::max(d.hd, d.di) * sizeof(float), a.qg->f32(), a.k->f32(), a.v->f32(), a.iq->f32(), a.ik->f32(), values(*a.q_norm), values(*a.k_norm), values(*a.iq_norm), token_positions(*this, a.positions), freq, d, a.q_out->f32(), a.gate_out->f32(), a.k_out->f32(), a.iq_out->f32(), a.k_cache->f32(), a.v_cache->f32(), a.ik_cache->f32());
 }
 
 void CudaBackend::qsa_pool(const QsaPoolArgs& a) {
@@ -1216,7 +1234,7 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   int64_t nb_max = 0;
   for (int64_t p : a.positions) nb_max = std::max(nb_max, (p + 1) / a.ratio);
   if (T == 0) return;
-  const int64_t* pos_d = cached_upload(a.positions);
+  const TokenPositions kernel_positions = token_positions(*this, a.positions);
   Tensor scores = scratch_bytes(static_cast<size_t>(std::max<int64_t>(nb_max, 1) * T) * sizeof(double));
   double* scores_d = reinterpret_cast<double*>(scores.f32());
   // Leading rows with at most top_blocks complete blocks keep every one of them, and the choose
@@ -1228,12 +1246,12 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   const float* iq = a.iq->f32() + t0 * nh * d;
   if (nb_max > 0 && n_scored >= kScoreTile) {
     const dim3 grid(blocks_for(n_scored, kScoreTile), blocks_for(nb_max, kScoreTile));
-    launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, iq, a.pooled->f32(), pos_d + t0, n_scored, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
+    launch(stream_, "qsa_score_tiled_kernel", qsa_score_tiled_kernel, grid, 256, 0, iq, a.pooled->f32(), kernel_positions.from(t0), n_scored, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   } else if (nb_max > 0 && n_scored > 0) {
     const dim3 grid(static_cast<unsigned>(n_scored), blocks_for(nb_max, kScoreQuadThreads / kScoreQuad));
     const size_t q_bytes = static_cast<size_t>(nh * d) * sizeof(double);
     if (q_bytes > 48 * 1024) fail("qsa_select: ", nh, " indexer heads of ", d, " values exceed the score kernel's shared memory");
-    launch(stream_, "qsa_score_quad_kernel", qsa_score_quad_kernel, grid, kScoreQuadThreads, q_bytes, iq, a.pooled->f32(), pos_d + t0, d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
+    launch(stream_, "qsa_score_quad_kernel", qsa_score_quad_kernel, grid, kScoreQuadThreads, q_bytes, iq, a.pooled->f32(), kernel_positions.from(t0), d, nh, a.ratio, nb_max, scores_d + t0 * nb_max);
   }
   const size_t key_bytes = nb_max <= kChooseSharedKeys ? static_cast<size_t>(nb_max) * sizeof(uint64_t) : 0;
   [[maybe_unused]] static const bool shared_ready = [] {
@@ -1242,7 +1260,7 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
           "qsa_choose_kernel shared memory");
     return true;
   }();
-  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, key_bytes, scores_d, pos_d, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
+  launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, key_bytes, scores_d, kernel_positions, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
 
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
