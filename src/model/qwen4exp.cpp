@@ -291,8 +291,8 @@ class Forward {
       be_.get_rows(w_.ple_table, rows, E);
     }
     trace("ple.embd", il, E);
-    Tensor key = rms_norm(mul_mat(w.key, E), w.norm_key, H);
-    Tensor val = mul_mat(w.value, E);
+    auto [key_proj, val] = mul_mats<2>({&w.key, &w.value}, E);
+    Tensor key = rms_norm(key_proj, w.norm_key, H);
     Tensor qry = rms_norm(R, w.norm_query, H);
     Tensor G = f32(H * S, T_);
     be_.ple_gate(key, qry, val, S, G);
