@@ -176,7 +176,8 @@ struct QsaSelectArgs {
   const Tensor* pooled = nullptr;   // [d, >= nb of the last row]
   std::span<const int64_t> positions;  // [T] absolute positions
   int64_t ratio = 0, top_blocks = 0;
-  Tensor* sel = nullptr;            // I32 [max_sel, T] out: selected positions, ascending
+  Tensor* sel = nullptr;            // I32 [max_sel, T] out: selected positions, ascending, then -1
+                                    // to the row's end (every entry is written)
   Tensor* n_sel = nullptr;          // I32 [T] out: how many entries of each row are valid
 };
 

@@ -394,7 +394,7 @@ class Forward {
       Tensor sel, n_sel;
       if (dense_rows < p.n) {
         int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
-        sel = be_.alloc(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc(DType::I32, {p.n, 1, 1, 1});
+        sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
         be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
                         .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
         trace("qsa.sel", il, sel);
