@@ -118,26 +118,36 @@ __global__ void qsa_prepare_kernel(const float* qg, const float* k, const float*
   }
 }
 
-// One block per pooled block: mean of its raw keys, RMSNorm, RoPE at the block's first position.
+// One block per pooled block: mean of its raw keys, RMSNorm, RoPE at the block's first position,
+// rotated in shared memory and written once. With at most a value a thread (the model's 128
+// indexer values) the norm weight and the pair's rotation are ready before the wait; the raw keys
+// come from the prepare kernel just before.
 __global__ void qsa_pool_kernel(const float* raw, const float* w, const float* inv_freq, int64_t d, int64_t ratio,
                                 int64_t block_begin, int64_t half, float eps, float* pooled) {
+  extern __shared__ float head[];
+  const int64_t b = block_begin + blockIdx.x, i = threadIdx.x;
+  const bool a_value_a_thread = d <= blockDim.x;
+  const float wi = a_value_a_thread && i < d ? w[i] : 0.0f;
+  double c = 0, sn = 0;  // pair i's rotation
+  if (a_value_a_thread && i < half) rope_angle(inv_freq[i], b * ratio, c, sn);
   grid_dependency_wait();
-  extern __shared__ float mean[];
-  int64_t b = block_begin + blockIdx.x;
   double ss = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+  for (int64_t e = i; e < d; e += blockDim.x) {
     double s = 0;
-    for (int64_t j = 0; j < ratio; ++j) s += raw[(b * ratio + j) * d + i];
-    float m = static_cast<float>(s / ratio);
-    mean[i] = m;
+    for (int64_t j = 0; j < ratio; ++j) s += raw[(b * ratio + j) * d + e];
+    const float m = static_cast<float>(s / ratio);
+    head[e] = m;
     ss += static_cast<double>(m) * m;
   }
-  ss = block_sum(ss);  // also orders the mean[] writes before the reads below
-  const double r = inv_rms(ss, d, eps);
-  float* out = pooled + b * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] = static_cast<float>(mean[i] * r * w[i]);
+  const double r = inv_rms(block_sum(ss), d, eps);
+  for (int64_t e = i; e < d; e += blockDim.x) head[e] = static_cast<float>(head[e] * r * (a_value_a_thread ? wi : w[e]));
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) rope_pair(out, i, half, inv_freq[i], b * ratio);
+  for (int64_t e = i; e < half; e += blockDim.x) {
+    if (a_value_a_thread) rotate_pair(head, e, half, c, sn);
+    else rope_pair(head, e, half, inv_freq[e], b * ratio);
+  }
+  __syncthreads();
+  for (int64_t e = i; e < d; e += blockDim.x) pooled[b * d + e] = head[e];
 }
 
 // scores[t][b] = Σ_h relu(iq_h · K_b) / sqrt(d) in FP64, for a few tokens (decode). Four threads
