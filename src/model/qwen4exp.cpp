@@ -374,36 +374,45 @@ class Forward {
       Tensor iq = f32(di, hp_.indexer_n_head, p.n);
       Qwen4ExpLayerState& ls = layer_state(p, il);
       const int64_t n0 = p.positions.front(), n_end = n0 + p.n;
-      be_.qsa_prepare({.qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p,
-                       .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions,
-                       .n_rot = hp_.n_rot, .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p,
-                       .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0});
+      const QsaPrepareArgs prepare{
+          .qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p, .q_norm = &w.q_norm,
+          .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions, .n_rot = hp_.n_rot,
+          .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p, .iq_out = &iq,
+          .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0};
       // Blocks completed by this chunk are pooled.
-      int64_t nb = ratio ? n_end / ratio : 0;
-      if (nb > ls.n_pooled) {
+      const int64_t nb = ratio ? n_end / ratio : 0;
+      const auto pool = [&] {
+        if (nb <= ls.n_pooled) return;
         be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
                       .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot,
                       .theta = theta, .eps = eps});
         ls.n_pooled = nb;
-      }
+      };
       // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
       // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
       // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
       // indexer has nothing to choose: no selection is made, and attention is causal.
       const int64_t dense_rows = ratio ? std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, p.n) : p.n;
-      Tensor sel, n_sel;
-      if (dense_rows < p.n) {
-        int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
-        sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
-        be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
-                        .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
-        trace("qsa.sel", il, sel);
-        trace("qsa.n_sel", il, n_sel);
+      QsaAttendArgs attend{.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
+                           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
+                           .dense_n0 = n0, .dense_rows = dense_rows};
+      if (dense_rows == p.n) {
+        // No selection reads the pooled keys, so the pool follows the attention, which may then
+        // run with the prepare as one step.
+        be_.qsa_prepare_attend(prepare, attend);
+        pool();
+        continue;
       }
-      be_.qsa_attend({.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
-                      .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
-                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
-                      .dense_n0 = n0, .dense_rows = dense_rows});
+      be_.qsa_prepare(prepare);
+      pool();
+      const int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
+      Tensor sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
+      be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
+                      .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
+      trace("qsa.sel", il, sel);
+      trace("qsa.n_sel", il, n_sel);
+      attend.sel = &sel, attend.n_sel = &n_sel;
+      be_.qsa_attend(attend);
     }
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);

@@ -848,6 +848,56 @@ TEST_F(CudaVsRef, QsaPrepareOneKernel) {
   }
 }
 
+// qsa_prepare_attend against the reference's prepare, then attention: every output of both and the
+// three caches. One token at the model's shapes (12 query heads a kv head, a 128-value indexer of 4
+// heads, 64 rotated dims) and a small one, with the new position first, last and inside a chunk
+// (CUDA forms the queries and the new key in the attention kernel), and two tokens (not fused).
+TEST_F(CudaVsRef, QsaPrepareAttendFused) {
+  struct Case {
+    int64_t hd, nh, nkv, di, n_idx, n_rot, T, n0;
+  };
+  for (Case c : {Case{256, 24, 2, 128, 4, 64, 1, 0}, Case{256, 24, 2, 128, 4, 64, 1, 31},
+                 Case{256, 24, 2, 128, 4, 64, 1, 32}, Case{256, 24, 2, 128, 4, 64, 1, 100},
+                 Case{64, 6, 2, 32, 2, 16, 1, 45}, Case{64, 6, 2, 32, 2, 16, 2, 45}}) {
+    const int64_t hd = c.hd, nh = c.nh, nkv = c.nkv, di = c.di, n_idx = c.n_idx, T = c.T, n0 = c.n0, cap = n0 + T + 2;
+    auto q_norm = make_weight("q_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 190));
+    auto k_norm = make_weight("k_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 191));
+    auto iq_norm = make_weight("iq_norm", GgmlType::F32, {di, 1, 1, 1}, random_values(di, 192));
+    std::vector<int64_t> pos;
+    for (int64_t t = 0; t < T; ++t) pos.push_back(n0 + t);
+    auto qg = random_values(2 * hd * nh * T, 193), k = random_values(hd * nkv * T, 194, 3.0f);
+    auto v = random_values(hd * nkv * T, 195), iq = random_values(di * n_idx * T, 196), ik = random_values(di * T, 197);
+    auto kc = random_values(hd * nkv * cap, 198), vc = random_values(hd * nkv * cap, 199), ikc = random_values(di * cap, 200);
+    std::vector<float> got[2][8];
+    int b = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tqg = upload(*be, qg, {2 * hd, nh, T, 1}), tk = upload(*be, k, {hd * nkv, T, 1, 1});
+      Tensor tv = upload(*be, v, {hd * nkv, T, 1, 1}), tiq = upload(*be, iq, {di * n_idx, T, 1, 1});
+      Tensor tik = upload(*be, ik, {di, T, 1, 1});
+      Tensor q = be->alloc_f32(hd, nh, T), gate = be->alloc_f32(hd, nh, T), ko = be->alloc_f32(hd, nkv, T),
+             iqo = be->alloc_f32(di, n_idx, T), o = be->alloc_f32(hd * nh, T);
+      Tensor tkc = upload(*be, kc, {hd, nkv, cap, 1}), tvc = upload(*be, vc, {hd, nkv, cap, 1}),
+             tikc = upload(*be, ikc, {di, cap, 1, 1});
+      be->qsa_prepare_attend({.qg = &tqg, .k = &tk, .v = &tv, .iq = &tiq, .ik = &tik, .q_norm = &q_norm->w,
+                              .k_norm = &k_norm->w, .iq_norm = &iq_norm->w, .positions = pos, .n_rot = c.n_rot,
+                              .theta = 1e4f, .eps = 1e-6f, .q_out = &q, .gate_out = &gate, .k_out = &ko,
+                              .iq_out = &iqo, .k_cache = &tkc, .v_cache = &tvc, .ik_cache = &tikc, .n0 = n0},
+                             {.q = &q, .gate = &gate, .k_cache = &tkc, .v_cache = &tvc, .scale = 0.0625f, .out = &o,
+                              .dense_n0 = n0, .dense_rows = T});
+      int i = 0;
+      for (const Tensor* t : {&q, &gate, &ko, &iqo, &tkc, &tvc, &tikc, &o}) got[b][i++] = be->read_f32(*t);
+      ++b;
+    }
+    const std::string at = " hd=" + std::to_string(hd) + " T=" + std::to_string(T) + " n0=" + std::to_string(n0);
+    const char* names[] = {"q", "gate", "k", "iq", "k cache", "v cache", "ik cache"};
+    for (int i = 0; i < 7; ++i) report_close(got[0][i], widen(got[1][i]), 1e-6, std::string("prepare_attend ") + names[i] + at);
+    EXPECT_EQ(got[0][1], got[1][1]) << "gate" << at;
+    EXPECT_EQ(got[0][5], got[1][5]) << "v cache" << at;
+    EXPECT_EQ(got[0][6], got[1][6]) << "ik cache" << at;
+    report_close(got[0][7], widen(got[1][7]), 2e-6, "prepare_attend out" + at);
+  }
+}
+
 // The prefill products run on tensor cores with each operand split into two TF32 parts (v = hi +
 // lo, hi = v rounded to 11 significant bits, lo = the rest as the tensor cores read it: its 11
 // leading bits of at most 12) and the sum hi·hi + hi·lo + lo·hi (cuda_gemm.cuh). Per product the

@@ -49,6 +49,8 @@ class DevicePool {
 };
 
 // A matrix weight as the kernels read it: rows of row_bytes in `type`'s block layout.
+struct QsaFusedPrepare;  // cuda_qsa.cu
+
 struct DeviceMatrix {
   const uint8_t* data = nullptr;
   GgmlType type = GgmlType::F32;
@@ -115,6 +117,7 @@ class CudaBackend final : public Backend {
   void qsa_pool(const QsaPoolArgs& a) override;
   void qsa_select(const QsaSelectArgs& a) override;
   void qsa_attend(const QsaAttendArgs& a) override;
+  void qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a) override;
 
   void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) override;
   void moe_experts(const MoeExpertsArgs& a) override;
@@ -191,6 +194,8 @@ class CudaBackend final : public Backend {
   template <int TB>
   void launch_hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
   bool hc_read_tiles(const HcReadArgs& a);
+  // qsa_attend, with the prepare's work in its kernel when fused is given (qsa_prepare_attend).
+  void attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused);
   void hc_read_tiled(const HcReadArgs& a, const float* y, const float* write_w);
 
  private:
