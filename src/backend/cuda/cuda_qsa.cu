@@ -6,6 +6,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -1388,7 +1390,13 @@ void CudaBackend::qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArg
   const bool fuses = T == 1 && (hd == 64 || hd == 128 || hd == 192 || hd == 256) && G <= kMmaRows && di <= hd &&
                      G + 1 + n_idx <= kFusedRows && (G + 1 + n_idx) * hd <= kMmaWarps * kMmaScoreWords &&
                      kMmaWarps * 32 % half == 0 && n_chunks <= kAttendTargetBlocks / nkv;
-  if (!fuses) return Backend::qsa_prepare_attend(p, a);
+  // REGOLITH_XFUSEPREP=1 until a GPU has measured it (tools/cuda/NOTES.md, session 60); otherwise
+  // the prepare kernel runs before the attention, as in qsa_prepare and qsa_attend.
+  static const bool wanted = [] {
+    const char* v = std::getenv("REGOLITH_XFUSEPREP");
+    return v && std::string_view(v) == "1";
+  }();
+  if (!wanted || !fuses) return Backend::qsa_prepare_attend(p, a);
   OpScope scope(profiler_, "qsa_prepare_attend", T, stream_);
   std::vector<float> inv = rope_inv_freq(p.n_rot, p.theta);
   const QsaFusedPrepare fused{.qg = p.qg->f32(), .k = p.k->f32(), .v = p.v->f32(), .iq = p.iq->f32(),
