@@ -367,6 +367,17 @@ class Forward {
     const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
     // Ratio 0 (the MTP block): no blocks, every row attends to its whole causal prefix.
     const int64_t ratio = hp_.compress_ratios[il], top_blocks = ratio ? hp_.indexer_top_k / ratio : 0;
+    // Pools the blocks of ls's raw keys up to nb (those completed by a chunk).
+    const auto pool = [&](Qwen4ExpLayerState& ls, int64_t nb) {
+      if (nb <= ls.n_pooled) return;
+      be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
+                    .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot, .theta = theta,
+                    .eps = eps});
+      ls.n_pooled = nb;
+    };
+    // Pools no selection of this call reads wait for the output product: the attention's output
+    // then reaches it from the op just before (a backend may hand it over in the product's format).
+    std::vector<std::pair<Qwen4ExpLayerState*, int64_t>> later_pools;
     for (const SeqPart& p : parts_) {
       const Tensor qg = of(q_proj, p).reshaped({2 * hd, nh, p.n, 1});
       const Tensor k_proj_p = of(k_proj, p), v_p = of(v, p), iq_proj_p = of(iq_proj, p), ik_p = of(ik, p);
@@ -381,13 +392,6 @@ class Forward {
           .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0};
       // Blocks completed by this chunk are pooled.
       const int64_t nb = ratio ? n_end / ratio : 0;
-      const auto pool = [&] {
-        if (nb <= ls.n_pooled) return;
-        be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
-                      .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot,
-                      .theta = theta, .eps = eps});
-        ls.n_pooled = nb;
-      };
       // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
       // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
       // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
@@ -397,14 +401,14 @@ class Forward {
                            .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
                            .dense_n0 = n0, .dense_rows = dense_rows};
       if (dense_rows == p.n) {
-        // No selection reads the pooled keys, so the pool follows the attention, which may then
-        // run with the prepare as one step.
+        // No selection reads the pooled keys, so the pool comes later, and the attention may run
+        // with the prepare as one step.
         be_.qsa_prepare_attend(prepare, attend);
-        pool();
+        later_pools.emplace_back(&ls, nb);
         continue;
       }
       be_.qsa_prepare(prepare);
-      pool();
+      pool(ls, nb);
       const int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
       Tensor sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
       be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
@@ -418,6 +422,7 @@ class Forward {
     trace("qsa.k", il, k);
     trace("qsa.attn", il, o);
     Tensor y = mul_mat(w.out, o);
+    for (auto [ls, nb] : later_pools) pool(*ls, nb);
     trace("qsa.out", il, y);
     return y;
   }
