@@ -789,7 +789,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const int key_row = holds_new ? static_cast<int>(G) : -1, idx_row0 = static_cast<int>(G) + (holds_new ? 1 : 0);
   const int n_rows = idx_row0 + (indexer ? static_cast<int>(fp.n_idx) : 0);
   const auto row_length = [&](int r) -> int { return r >= n_rows ? 0 : r < idx_row0 ? kHd : static_cast<int>(fp.di); };
-  float* norm_w = ps + kMmaWarps * kMmaScoreWords + 3 * kMmaRows + 2 * kMmaChunk;  // mma_attend_words
+  float* norm_w = attend_shared + mma_attend_words(kHd);  // fused_prepare_words' layout
   double* row_scale = reinterpret_cast<double*>(norm_w + 3 * kHd);
   double rot_c = 0, rot_s = 0;  // the rotation of pair tid % half (the host keeps half a divisor of kThreads)
   if constexpr (kFused) {
