@@ -878,13 +878,15 @@ TEST_F(CudaVsRef, QsaPrepareOneKernel) {
 // qsa_prepare_attend against the reference's prepare, then attention. One token at the model's
 // shapes (12 query heads a kv head, a 128-value indexer of 4 heads, 64 rotated dims) and a small
 // one, with the new position first, last and inside a chunk (CUDA forms the queries and the new
-// key in the attention kernel), and two tokens (not fused).
+// key in the attention kernel), and two tokens (not fused: at the model's shapes, after the fused
+// kernel, the other instance of the attention kernel must get its own shared memory).
 TEST_F(CudaVsRef, QsaPrepareAttendFused) {
   struct Case {
     int64_t hd, nh, di, n_idx, n_rot, T, n0;
   };
   for (Case c : {Case{256, 24, 128, 4, 64, 1, 0}, Case{256, 24, 128, 4, 64, 1, 31}, Case{256, 24, 128, 4, 64, 1, 32},
-                 Case{256, 24, 128, 4, 64, 1, 100}, Case{64, 6, 32, 2, 16, 1, 45}, Case{64, 6, 32, 2, 16, 2, 45}}) {
+                 Case{256, 24, 128, 4, 64, 1, 100}, Case{256, 24, 128, 4, 64, 2, 100}, Case{64, 6, 32, 2, 16, 1, 45},
+                 Case{64, 6, 32, 2, 16, 2, 45}}) {
     std::vector<int64_t> pos;
     for (int64_t t = 0; t < c.T; ++t) pos.push_back(c.n0 + t);
     check_qsa_prepare(*cuda, *ref, {c.hd, c.nh, 2, c.di, c.n_idx, c.n_rot, c.n0, pos, 190}, true,

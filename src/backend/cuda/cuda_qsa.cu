@@ -795,6 +795,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   if constexpr (kFused) {
     for (int e = tid; e < 3 * kHd; e += kThreads) {
       const int which = e / kHd, i = e % kHd;
+      if ((which == 1 && !holds_new) || (which == 2 && !indexer)) continue;  // only the rows it norms
       const float* w = which == 0 ? fp.q_norm : which == 1 ? fp.k_norm : fp.iq_norm;
       norm_w[e] = i < (which == 2 ? fp.di : kHd) ? w[i] : 0.0f;
     }
@@ -882,7 +883,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       cp_async_16_or_zero(dst + 4 * col, src, new_row < cap);
     }
     cp_async_commit();
-  } else {
+  } else if (!kFused) {  // fused: early's two groups and the new position's rows written above
     set_rows(z * kMmaChunk, rows);
     __syncthreads();
     if (z * kMmaChunk < n_total) {
@@ -1205,9 +1206,11 @@ void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0
   const int64_t nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
   const bool early_kv = row0 == 0 && T == 1 && a.dense_rows == 1;
   const int64_t max_sel = a.sel ? a.sel->ne(0) : 0, row = kHd * nh;
-  const auto run = [&](auto kernel, int64_t words) {
-    const size_t smem = static_cast<size_t>(words) * sizeof(float);
-    [[maybe_unused]] static const bool shared_ready = [kernel, smem] {  // once per instance
+  // A lambda instance a kernel instance, so that each gets its shared memory attribute.
+  const auto run = [&]<bool kFused>(std::bool_constant<kFused>) {
+    constexpr auto kernel = qsa_attend_mma_kernel<kHd, kFused>;
+    const size_t smem = static_cast<size_t>(mma_attend_words(kHd) + (kFused ? fused_prepare_words(kHd) : 0)) * sizeof(float);
+    [[maybe_unused]] static const bool shared_ready = [smem] {
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
             "qsa_attend_mma_kernel shared memory");
       return true;
@@ -1219,10 +1222,11 @@ void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0
            a.dense_n0 + row0, std::max<int64_t>(0, a.dense_rows - row0), nh, nkv, a.k_cache->ne(2), max_sel, a.scale,
            early_kv, parts, a.out->f32() + row0 * row, fused ? *fused : QsaFusedPrepare{});
   };
+  if (fused && !early_kv) fail("qsa_prepare_attend: the fused prepare needs one dense row");
   if (fused)
-    run(qsa_attend_mma_kernel<kHd, true>, mma_attend_words(kHd) + fused_prepare_words(kHd));
+    run(std::true_type{});
   else
-    run(qsa_attend_mma_kernel<kHd>, mma_attend_words(kHd));
+    run(std::false_type{});
 }
 
 // The first T rows of a (all dense).
@@ -1251,8 +1255,9 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 // dimension walking every chunk, took 11 µs a call at 32K context on an H200.)
 constexpr int kCombineWarps = 8, kCombineLoads = 8;
 __global__ void __launch_bounds__(32 * kCombineWarps)
-    qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l, const float* part_o,
-                              int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8) {
+    qsa_attend_combine_kernel(const float* gate, bool gate_beside_q, const float* part_m, const float* part_l,
+                              const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out,
+                              QuantizeTarget x8) {
   extern __shared__ float w[];  // [n_chunks]
   __shared__ float warp_sums[kCombineWarps][32];
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
@@ -1261,9 +1266,10 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   const int64_t dim = blockIdx.z * 32 + lane;
   const bool live = dim < hd;
   const int64_t at = (t * nh + h) * hd + dim;
-  // The gate is an input of the attend op, and this kernel follows the op's chunk kernel: it was
-  // written before that kernel, so its sigmoid is ready before the wait.
-  const double gate_sigmoid = warp == 0 && live ? sigmoid_d(gate[at]) : 0.0;
+  // The gate was written before the kernel this one follows, so its sigmoid is ready before the
+  // wait: it is an input of the attend op, or with the fused prepare (whose attention kernel writes
+  // the op's gate) the q/gate projection's rows (gate_beside_q: head h of token t at (t·nh + h)·2·hd).
+  const double gate_sigmoid = warp == 0 && live ? sigmoid_d(gate[gate_beside_q ? 2 * at - dim : at]) : 0.0;
   grid_dependency_wait();
   float v[kCombineLoads];
 #pragma unroll
@@ -1453,8 +1459,8 @@ void CudaBackend::attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused) {
     const QuantizeTarget x8 = hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
            dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh), static_cast<unsigned>((hd + 31) / 32)),
-           32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
-           parts.n_splits, a.out->f32(), x8);
+           32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), fused ? fused->qg + hd : a.gate->f32(),
+           fused != nullptr, parts.m, parts.l, parts.o, hd, nh, nkv, parts.n_splits, a.out->f32(), x8);
   };
   // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
   // decode (fewer tokens) a block per 32-position chunk of a (token, kv head)'s selection (two
