@@ -179,6 +179,8 @@ class CudaBackend final : public Backend {
   bool int8_product(GgmlType type) const;
   // Whether a decode product with weights of `type` reads int8 activations (cuda_gemv.cuh Int8Unit).
   bool int8_decode(GgmlType type) const;
+  // Whether kernels may copy rows to shared memory in bulk (sm_90's cp.async.bulk, cuda_bulk.cuh).
+  bool bulk_copies() const { return bulk_copies_; }
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous); x_q8, when given, is x in Q8_0.
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8 = nullptr);
   // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type, the
@@ -273,7 +275,7 @@ class CudaBackend final : public Backend {
   // The stream's hooks: the recorder when `record`, else programmatic launches (and the profiler).
   void attach_hooks(bool record);
   std::unique_ptr<StepRecorder> recorder_;
-  bool recording_ = false, programmatic_ = false;
+  bool recording_ = false, programmatic_ = false, bulk_copies_ = false;
 
   OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (on the stream, not with step graphs): device time per op
 };
