@@ -385,21 +385,6 @@ void check_qsa_prepare(const QsaPrepareArgs& a) {
     fail("qsa_prepare: the caches do not hold ", end, " tokens");
 }
 
-void check_qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a) {
-  check_qsa_prepare(p);
-  check_qsa_attend(a);
-  if (a.q != p.q_out || a.gate != p.gate_out || a.k_cache != p.k_cache || a.v_cache != p.v_cache)
-    fail("qsa_prepare_attend: the attention does not read what the prepare writes");
-  if (a.sel || a.dense_n0 != p.n0 || a.dense_rows != a.q->ne(2))
-    fail("qsa_prepare_attend: every row must be dense, from the prepared position on");
-}
-
-void Backend::qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a) {
-  check_qsa_prepare_attend(p, a);
-  qsa_prepare(p);
-  qsa_attend(a);
-}
-
 void Backend::qsa_prepare(const QsaPrepareArgs& a) {
   check_qsa_prepare(a);
   const int64_t hd = a.q_out->ne(0), nh = a.q_out->ne(1), T = a.q_out->ne(2), di = a.iq_out->ne(0);

@@ -276,7 +276,6 @@ void check_split_q_gate(const Tensor& qg, const Tensor& q, const Tensor& gate);
 void check_qsa_pool(const QsaPoolArgs& a);
 void check_qsa_select(const QsaSelectArgs& a);  // also each row's block count and selection size
 void check_qsa_attend(const QsaAttendArgs& a);
-void check_qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a);
 void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const Tensor& weights);
 void check_moe_experts(const MoeExpertsArgs& a);
 void check_moe_ffn(const MoeFfnArgs& a);
@@ -410,11 +409,6 @@ class Backend {
   virtual void qsa_pool(const QsaPoolArgs& a) = 0;
   virtual void qsa_select(const QsaSelectArgs& a) = 0;
   virtual void qsa_attend(const QsaAttendArgs& a) = 0;
-  // qsa_prepare(p), then qsa_attend(a) on what it wrote (a.q and a.gate are p's outputs, the caches
-  // are p's), every row of a dense (no selection). The default runs the two; a backend may fuse
-  // them (one-token decode then forms the queries and the new position's key in the attention
-  // kernel).
-  virtual void qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a);
 
   // ---- MoE ----
   // Softmax over logits [E, T] (FP32), top k (ties: lower expert id), renormalised to sum 1.

@@ -367,17 +367,6 @@ class Forward {
     const float theta = static_cast<float>(hp_.rope_theta), eps = static_cast<float>(hp_.rms_eps);
     // Ratio 0 (the MTP block): no blocks, every row attends to its whole causal prefix.
     const int64_t ratio = hp_.compress_ratios[il], top_blocks = ratio ? hp_.indexer_top_k / ratio : 0;
-    // Pools the blocks of ls's raw keys up to nb (those completed by a chunk).
-    const auto pool = [&](Qwen4ExpLayerState& ls, int64_t nb) {
-      if (nb <= ls.n_pooled) return;
-      be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
-                    .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot, .theta = theta,
-                    .eps = eps});
-      ls.n_pooled = nb;
-    };
-    // Pools no selection of this call reads wait for the output product: the attention's output
-    // then reaches it from the op just before (a backend may hand it over in the product's format).
-    std::vector<std::pair<Qwen4ExpLayerState*, int64_t>> later_pools;
     for (const SeqPart& p : parts_) {
       const Tensor qg = of(q_proj, p).reshaped({2 * hd, nh, p.n, 1});
       const Tensor k_proj_p = of(k_proj, p), v_p = of(v, p), iq_proj_p = of(iq_proj, p), ik_p = of(ik, p);
@@ -385,44 +374,41 @@ class Forward {
       Tensor iq = f32(di, hp_.indexer_n_head, p.n);
       Qwen4ExpLayerState& ls = layer_state(p, il);
       const int64_t n0 = p.positions.front(), n_end = n0 + p.n;
-      const QsaPrepareArgs prepare{
-          .qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p, .q_norm = &w.q_norm,
-          .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions, .n_rot = hp_.n_rot,
-          .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p, .iq_out = &iq,
-          .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0};
+      be_.qsa_prepare({.qg = &qg, .k = &k_proj_p, .v = &v_p, .iq = &iq_proj_p, .ik = &ik_p,
+                       .q_norm = &w.q_norm, .k_norm = &w.k_norm, .iq_norm = &w.index_q_norm, .positions = p.positions,
+                       .n_rot = hp_.n_rot, .theta = theta, .eps = eps, .q_out = &q_p, .gate_out = &gate_p, .k_out = &k_p,
+                       .iq_out = &iq, .k_cache = &ls.k, .v_cache = &ls.v, .ik_cache = &ls.index_keys, .n0 = n0});
       // Blocks completed by this chunk are pooled.
-      const int64_t nb = ratio ? n_end / ratio : 0;
+      int64_t nb = ratio ? n_end / ratio : 0;
+      if (nb > ls.n_pooled) {
+        be_.qsa_pool({.raw_keys = &ls.index_keys, .pooled = &ls.pooled, .k_norm = &w.index_k_norm,
+                      .block_begin = ls.n_pooled, .block_end = nb, .ratio = ratio, .n_rot = hp_.n_rot,
+                      .theta = theta, .eps = eps});
+        ls.n_pooled = nb;
+      }
       // A row whose complete blocks are at most top_blocks ((p + 1) / ratio <= top_blocks) keeps all
       // of them and its tail: its selection is its whole causal prefix. Rows are in position order.
       // While every row is such a row (a cache of up to (top_blocks + 1)·ratio − 1 positions) the
       // indexer has nothing to choose: no selection is made, and attention is causal.
       const int64_t dense_rows = ratio ? std::clamp<int64_t>((top_blocks + 1) * ratio - 1 - n0, 0, p.n) : p.n;
-      QsaAttendArgs attend{.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
-                           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
-                           .dense_n0 = n0, .dense_rows = dense_rows};
-      if (dense_rows == p.n) {
-        // No selection reads the pooled keys, so the pool comes later, and the attention may run
-        // with the prepare as one step.
-        be_.qsa_prepare_attend(prepare, attend);
-        later_pools.emplace_back(&ls, nb);
-        continue;
+      Tensor sel, n_sel;
+      if (dense_rows < p.n) {
+        int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
+        sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
+        be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
+                        .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
+        trace("qsa.sel", il, sel);
+        trace("qsa.n_sel", il, n_sel);
       }
-      be_.qsa_prepare(prepare);
-      pool(ls, nb);
-      const int64_t max_sel = std::min(top_blocks * ratio + ratio - 1, n_end);
-      Tensor sel = be_.alloc_output(DType::I32, {max_sel, p.n, 1, 1}), n_sel = be_.alloc_output(DType::I32, {p.n, 1, 1, 1});
-      be_.qsa_select({.iq = &iq, .pooled = &ls.pooled, .positions = p.positions, .ratio = ratio,
-                      .top_blocks = top_blocks, .sel = &sel, .n_sel = &n_sel});
-      trace("qsa.sel", il, sel);
-      trace("qsa.n_sel", il, n_sel);
-      attend.sel = &sel, attend.n_sel = &n_sel;
-      be_.qsa_attend(attend);
+      be_.qsa_attend({.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
+                      .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
+                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
+                      .dense_n0 = n0, .dense_rows = dense_rows});
     }
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);
     trace("qsa.attn", il, o);
     Tensor y = mul_mat(w.out, o);
-    for (auto [ls, nb] : later_pools) pool(*ls, nb);
     trace("qsa.out", il, y);
     return y;
   }

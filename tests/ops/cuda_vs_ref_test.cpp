@@ -808,90 +808,43 @@ TEST_F(CudaVsRef, HcReadQ8OutputForTheNextProduct) {
   }
 }
 
-// qsa_prepare's inputs: shapes, the tokens' positions (from n0 on), and the seed of the random
-// projections, norm weights and caches.
-struct QsaPrepareCase {
-  int64_t hd, nh, nkv, di, n_idx, n_rot, n0;
-  std::vector<int64_t> positions;
-  uint32_t seed;
-};
-
-// qsa_prepare of c on be, or with attend qsa_prepare_attend (every row dense): q, gate, k, iq, the
-// k, v and ik caches (rows before n0 and after the tokens must stay as they were), then with
-// attend the attention's output.
-std::vector<std::vector<float>> run_qsa_prepare(Backend& be, const QsaPrepareCase& c, bool attend) {
-  const int64_t hd = c.hd, nh = c.nh, nkv = c.nkv, di = c.di, n_idx = c.n_idx;
-  const int64_t T = static_cast<int64_t>(c.positions.size()), cap = c.n0 + T + 2;
-  const auto values = [&](int64_t n, uint32_t k, float scale = 1.0f) { return random_values(n, c.seed + k, scale); };
-  auto q_norm = make_weight("q_norm", GgmlType::F32, {hd, 1, 1, 1}, values(hd, 0));
-  auto k_norm = make_weight("k_norm", GgmlType::F32, {hd, 1, 1, 1}, values(hd, 1));
-  auto iq_norm = make_weight("iq_norm", GgmlType::F32, {di, 1, 1, 1}, values(di, 2));
-  Tensor qg = upload(be, values(2 * hd * nh * T, 3), {2 * hd, nh, T, 1});
-  Tensor k = upload(be, values(hd * nkv * T, 4, 3.0f), {hd * nkv, T, 1, 1});
-  Tensor v = upload(be, values(hd * nkv * T, 5), {hd * nkv, T, 1, 1});
-  Tensor iq = upload(be, values(di * n_idx * T, 6), {di * n_idx, T, 1, 1}), ik = upload(be, values(di * T, 7), {di, T, 1, 1});
-  Tensor q = be.alloc_f32(hd, nh, T), gate = be.alloc_f32(hd, nh, T), k_out = be.alloc_f32(hd, nkv, T),
-         iq_out = be.alloc_f32(di, n_idx, T), out = be.alloc_f32(hd * nh, T);
-  Tensor kc = upload(be, values(hd * nkv * cap, 8), {hd, nkv, cap, 1}), vc = upload(be, values(hd * nkv * cap, 9), {hd, nkv, cap, 1});
-  Tensor ikc = upload(be, values(di * cap, 10), {di, cap, 1, 1});
-  const QsaPrepareArgs prepare{.qg = &qg, .k = &k, .v = &v, .iq = &iq, .ik = &ik, .q_norm = &q_norm->w,
-                               .k_norm = &k_norm->w, .iq_norm = &iq_norm->w, .positions = c.positions, .n_rot = c.n_rot,
-                               .theta = 1e4f, .eps = 1e-6f, .q_out = &q, .gate_out = &gate, .k_out = &k_out,
-                               .iq_out = &iq_out, .k_cache = &kc, .v_cache = &vc, .ik_cache = &ikc, .n0 = c.n0};
-  if (attend)
-    be.qsa_prepare_attend(prepare, {.q = &q, .gate = &gate, .k_cache = &kc, .v_cache = &vc, .scale = 0.0625f,
-                                    .out = &out, .dense_n0 = c.n0, .dense_rows = T});
-  else
-    be.qsa_prepare(prepare);
-  std::vector<std::vector<float>> got;
-  for (const Tensor* t : {&q, &gate, &k_out, &iq_out, &kc, &vc, &ikc}) got.push_back(be.read_f32(*t));
-  if (attend) got.push_back(be.read_f32(out));
-  return got;
-}
-
-// run_qsa_prepare on CUDA against the reference: the values within 1e-6, the gate and the copied
-// caches (v, ik) equal, the attention within its tolerance.
-void check_qsa_prepare(Backend& cuda, Backend& ref, const QsaPrepareCase& c, bool attend, const std::string& what) {
-  const auto got = run_qsa_prepare(cuda, c, attend), want = run_qsa_prepare(ref, c, attend);
-  const char* names[] = {"q", "gate", "k", "iq", "k cache", "v cache", "ik cache", "out"};
-  for (size_t i = 0; i < got.size(); ++i)
-    report_close(got[i], std::vector<double>(want[i].begin(), want[i].end()), i == 7 ? 2e-6 : 1e-6, what + " " + names[i]);
-  EXPECT_EQ(got[1], want[1]) << what << " gate";
-  EXPECT_EQ(got[5], want[5]) << what << " v cache";
-  EXPECT_EQ(got[6], want[6]) << what << " ik cache";
-}
-
-// qsa_prepare in one kernel against the reference's split, norms, rotations and cache copies, one
-// token and several, at positions that follow one another (the kernel gets the first) and three
-// apart (it reads the list).
+// qsa_prepare in one kernel against the reference's split, norms, rotations and cache copies:
+// every output and the three caches (rows before n0 untouched), one token and several, at positions
+// that follow one another (the kernel gets the first) and three apart (it reads the list).
 TEST_F(CudaVsRef, QsaPrepareOneKernel) {
+  int64_t hd = 64, nh = 3, nkv = 2, di = 32, n_idx = 2, n_rot = 16, cap = 12, n0 = 5;
+  auto q_norm = make_weight("q_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 180));
+  auto k_norm = make_weight("k_norm", GgmlType::F32, {hd, 1, 1, 1}, random_values(hd, 181));
+  auto iq_norm = make_weight("iq_norm", GgmlType::F32, {di, 1, 1, 1}, random_values(di, 182));
   const std::pair<int64_t, int64_t> cases[] = {{1, 1}, {4, 1}, {4, 3}};  // tokens, position step
   for (auto [T, step] : cases) {
-    const int64_t n0 = 5;
     std::vector<int64_t> pos;
     for (int64_t t = 0; t < T; ++t) pos.push_back(n0 + step * t);
-    check_qsa_prepare(*cuda, *ref, {64, 3, 2, 32, 2, 16, n0, pos, 180}, false,
-                      "qsa_prepare T=" + std::to_string(T) + " step " + std::to_string(step));
-  }
-}
-
-// qsa_prepare_attend against the reference's prepare, then attention. One token at the model's
-// shapes (12 query heads a kv head, a 128-value indexer of 4 heads, 64 rotated dims) and a small
-// one, with the new position first, last and inside a chunk (CUDA forms the queries and the new
-// key in the attention kernel), and two tokens (not fused: at the model's shapes, after the fused
-// kernel, the other instance of the attention kernel must get its own shared memory).
-TEST_F(CudaVsRef, QsaPrepareAttendFused) {
-  struct Case {
-    int64_t hd, nh, di, n_idx, n_rot, T, n0;
-  };
-  for (Case c : {Case{256, 24, 128, 4, 64, 1, 0}, Case{256, 24, 128, 4, 64, 1, 31}, Case{256, 24, 128, 4, 64, 1, 32},
-                 Case{256, 24, 128, 4, 64, 1, 100}, Case{256, 24, 128, 4, 64, 2, 100}, Case{64, 6, 32, 2, 16, 1, 45},
-                 Case{64, 6, 32, 2, 16, 2, 45}}) {
-    std::vector<int64_t> pos;
-    for (int64_t t = 0; t < c.T; ++t) pos.push_back(c.n0 + t);
-    check_qsa_prepare(*cuda, *ref, {c.hd, c.nh, 2, c.di, c.n_idx, c.n_rot, c.n0, pos, 190}, true,
-                      "prepare_attend hd=" + std::to_string(c.hd) + " T=" + std::to_string(c.T) +
-                          " n0=" + std::to_string(c.n0));
+    auto qg = random_values(2 * hd * nh * T, 183), k = random_values(hd * nkv * T, 184, 3.0f);
+    auto v = random_values(hd * nkv * T, 185), iq = random_values(di * n_idx * T, 186), ik = random_values(di * T, 187);
+    std::vector<float> got[2][7];
+    int i = 0;
+    for (Backend* be : {cuda.get(), ref.get()}) {
+      Tensor tqg = upload(*be, qg, {2 * hd, nh, T, 1}), tk = upload(*be, k, {hd * nkv, T, 1, 1});
+      Tensor tv = upload(*be, v, {hd * nkv, T, 1, 1}), tiq = upload(*be, iq, {di * n_idx, T, 1, 1});
+      Tensor tik = upload(*be, ik, {di, T, 1, 1});
+      Tensor q = be->alloc_f32(hd, nh, T), gate = be->alloc_f32(hd, nh, T), ko = be->alloc_f32(hd, nkv, T),
+             iqo = be->alloc_f32(di, n_idx, T);
+      Tensor kc = be->alloc(DType::F32, {hd, nkv, cap, 1}), vc = be->alloc(DType::F32, {hd, nkv, cap, 1}),
+             ikc = be->alloc(DType::F32, {di, cap, 1, 1});
+      be->qsa_prepare({.qg = &tqg, .k = &tk, .v = &tv, .iq = &tiq, .ik = &tik, .q_norm = &q_norm->w,
+                       .k_norm = &k_norm->w, .iq_norm = &iq_norm->w, .positions = pos, .n_rot = n_rot, .theta = 1e4f,
+                       .eps = 1e-6f, .q_out = &q, .gate_out = &gate, .k_out = &ko, .iq_out = &iqo, .k_cache = &kc,
+                       .v_cache = &vc, .ik_cache = &ikc, .n0 = n0});
+      int o = 0;
+      for (const Tensor* t : {&q, &gate, &ko, &iqo, &kc, &vc, &ikc}) got[i][o++] = be->read_f32(*t);
+      ++i;
+    }
+    const char* names[] = {"q", "gate", "k", "iq", "k cache", "v cache", "ik cache"};
+    for (int o = 0; o < 7; ++o)
+      report_close(got[0][o], widen(got[1][o]), 1e-6, std::string("qsa_prepare ") + names[o] + " T=" + std::to_string(T) + " step " + std::to_string(step));
+    EXPECT_EQ(got[0][5], got[1][5]) << "v cache T=" << T << " step " << step;
+    EXPECT_EQ(got[0][6], got[1][6]) << "ik cache T=" << T << " step " << step;
   }
 }
 

@@ -49,8 +49,6 @@ class DevicePool {
 };
 
 // A matrix weight as the kernels read it: rows of row_bytes in `type`'s block layout.
-struct QsaFusedPrepare;  // cuda_qsa.cu
-
 struct DeviceMatrix {
   const uint8_t* data = nullptr;
   GgmlType type = GgmlType::F32;
@@ -117,7 +115,6 @@ class CudaBackend final : public Backend {
   void qsa_pool(const QsaPoolArgs& a) override;
   void qsa_select(const QsaSelectArgs& a) override;
   void qsa_attend(const QsaAttendArgs& a) override;
-  void qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a) override;
 
   void moe_route(const Tensor& logits, int64_t k, Tensor& ids, Tensor& weights) override;
   void moe_experts(const MoeExpertsArgs& a) override;
@@ -179,8 +176,6 @@ class CudaBackend final : public Backend {
   bool int8_product(GgmlType type) const;
   // Whether a decode product with weights of `type` reads int8 activations (cuda_gemv.cuh Int8Unit).
   bool int8_decode(GgmlType type) const;
-  // Whether kernels may copy rows to shared memory in bulk (sm_90's cp.async.bulk, cuda_bulk.cuh).
-  bool bulk_copies() const { return bulk_copies_; }
   // out [N, T] = W·x for raw device pointers (x [K, T] contiguous); x_q8, when given, is x in Q8_0.
   void matmul(const DeviceMatrix& w, const float* x, int64_t T, float* out, const QuantizedActivations* x_q8 = nullptr);
   // outs[i] = ms[i]·x for matrices that share x (rows of K): decode launches grouped by type, the
@@ -196,8 +191,6 @@ class CudaBackend final : public Backend {
   template <int TB>
   void launch_hc_read_decode(const HcReadArgs& a, const float* y, const float* write_w);
   bool hc_read_tiles(const HcReadArgs& a);
-  // qsa_attend, with the prepare's work in its kernel when fused is given (qsa_prepare_attend).
-  void attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused);
   void hc_read_tiled(const HcReadArgs& a, const float* y, const float* write_w);
 
  private:
@@ -275,7 +268,7 @@ class CudaBackend final : public Backend {
   // The stream's hooks: the recorder when `record`, else programmatic launches (and the profiler).
   void attach_hooks(bool record);
   std::unique_ptr<StepRecorder> recorder_;
-  bool recording_ = false, programmatic_ = false, bulk_copies_ = false;
+  bool recording_ = false, programmatic_ = false;
 
   OpProfiler profiler_;  // REGOLITH_CUDA_PROFILE=1 (on the stream, not with step graphs): device time per op
 };

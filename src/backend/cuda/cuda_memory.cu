@@ -146,7 +146,6 @@ CudaBackend::CudaBackend(bool int8_products)
   int major = 0;
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
   programmatic_ = major >= 9 && !env_is("REGOLITH_CUDA_PDL", "0");
-  bulk_copies_ = major >= 9 && env_is("REGOLITH_XBULK", "1");  // experiment: gate/up rows in bulk
   queued_steps_ = !env_is("REGOLITH_CUDA_QUEUED", "0");
   if (step_graphs_wanted()) {
     recorder_ = std::make_unique<StepRecorder>(stream_, env_is("REGOLITH_CUDA_PROFILE", "1"), programmatic_,

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.cuh"
-#include "backend/cuda/cuda_bulk.cuh"
 #include "backend/cuda/cuda_gemm.cuh"
 #include "backend/cuda/cuda_gemm_int8.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
@@ -254,9 +253,7 @@ __device__ __forceinline__ int dot16_high_nibbles(const uint4& q, const uint4& b
 // of sub-block 2g + 1, so a lane decodes one scale/min pair for 32 values and loads its codes and
 // activations 16 bytes at a time; a warp covers four blocks a step. Each sub-block's sum stays in
 // integers until its scale: x.d·(d·(s₀·Σq₀x + s₁·Σq₁x) − dmin·(m₀·Σx₀ + m₁·Σx₁)). Against the
-// 16-value units (Int8Unit<Q4_K>) this takes about a third of the instructions a row. kShared: the
-// rows are in shared memory (bulk copies), read with plain loads.
-template <bool kShared = false>
+// 16-value units (Int8Unit<Q4_K>) this takes about a third of the instructions a row.
 __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const uint8_t* up_row, int64_t K,
                                                   const int8_t* __restrict__ xq, const float2* __restrict__ x_scales,
                                                   float& g_acc, float& u_acc) {
@@ -270,11 +267,9 @@ __device__ __forceinline__ void q4k_row_pair_dots(const uint8_t* gate_row, const
   for (int b = lane / 8; b < n_blocks; b += 4) {
     const uint8_t* gb = gate_row + b * kBlockBytes;
     const uint8_t* ub = up_row + b * kBlockBytes;
-    const auto load16 = [](const uint8_t* p) {
-      if constexpr (kShared) return *reinterpret_cast<const uint4*>(p);
-      else return __ldg(reinterpret_cast<const uint4*>(p));
-    };
-    const uint4 gh = load16(gb), uh = load16(ub), gq = load16(gb + code_offset), uq = load16(ub + code_offset);
+    const uint4 gh = __ldg(reinterpret_cast<const uint4*>(gb)), uh = __ldg(reinterpret_cast<const uint4*>(ub));
+    const uint4 gq = __ldg(reinterpret_cast<const uint4*>(gb + code_offset));
+    const uint4 uq = __ldg(reinterpret_cast<const uint4*>(ub + code_offset));
     const int8_t* xb = xq + b * 256 + x_offset;
     const uint4 x0 = *reinterpret_cast<const uint4*>(xb), x1 = *reinterpret_cast<const uint4*>(xb + 32);
     const float xd = x_scales[b * 8].x;
@@ -346,23 +341,13 @@ __device__ int64_t slot_expert(const SlotRouting& routing, int64_t E, int64_t k,
 // Blocks of 16 warps (2 an SM at 64 registers; the model's 220 blocks are one wave): a block's 32
 // rows are one Q8_0 chunk of h, which its first warp quantizes for the down kernel when h8 is given
 // (F a multiple of 32) and writes instead of h (down_reads_h8).
-// kBulk (sm_90; routed rows Q4_K on Q8_K x, gate and up of one pitch, a multiple of 16 bytes): once
-// a routed slot's expert is known, lane 0 of each warp asks the SM's copy engine for the warp's
-// whole rows (both passes) into shared memory, each pass's pair counted on its own mbarrier, in
-// place of L2 prefetches and each lane's loads (gate_up_bulk_bytes of dynamic shared memory).
 constexpr int kGateUpWarps = 16, kGateUpPasses = 2, kGateUpRows = kGateUpWarps * kGateUpPasses;
 static_assert(kGateUpRows == 32, "a gate/up block's rows are one Q8_0 chunk of h");
-constexpr size_t gate_up_bulk_bytes(uint64_t pitch) { return 2 * kGateUpRows * pitch + 8 * kGateUpRows; }
-constexpr size_t kGateUpBulkMaxBytes = 110 * 1024;  // two blocks an SM on sm_90 (227 KB of shared memory)
-template <int kPerLane, bool kBulk = false>
+template <int kPerLane>
 __global__ void __launch_bounds__(32 * kGateUpWarps, 2)
     expert_gate_up_kernel(SlotMatrices gate, SlotMatrices up, int64_t K, int64_t F, int64_t E, SlotRouting routing,
                           int64_t k, const float* __restrict__ x, ExpertX8 x8, float* __restrict__ h,
                           QuantizeTarget h8) {
-  // kBulk: the rows [pass][warp][gate, up][pitch], then a barrier [pass][warp].
-  extern __shared__ __align__(16) uint8_t bulk_rows[];
-  const uint64_t pitch = gate.routed.pitch;
-  const auto landed = [&](int p, int w) { return reinterpret_cast<uint64_t*>(bulk_rows + 2 * kGateUpRows * pitch) + p * kGateUpWarps + w; };
   // Slots run last to first (blockIdx.y = t·slots + slots-1-j): the blocks that start first (in
   // index order) take the shared slot, which does not route, and the slots that pick the most
   // experts, so that the second wave of blocks holds the quickest routing. Slots first to last,
@@ -382,27 +367,11 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 2)
         prefetch_l2(slot_row(up, j, k, e, E, F, n), up_pitch, lane, 32);
       }
   };
-  if constexpr (kBulk) {
-    if (lane < kGateUpPasses) mbarrier_init(landed(lane, warp));
-    __syncthreads();
-  }
   if (j == k) prefetch_rows(-1);  // the shared expert's rows do not wait for the routing
   grid_dependency_wait();
   const int64_t e = slot_expert<kPerLane>(routing, E, k, t, j);
   const bool valid = j == k || (e >= 0 && e < E);  // the same for the whole block
-  const bool bulk = kBulk && j < k;
-  const auto bulk_row = [&](int p, int which) { return bulk_rows + ((p * kGateUpWarps + warp) * 2 + which) * pitch; };
-  if (bulk && valid && lane == 0) {
-#pragma unroll
-    for (int p = 0; p < kGateUpPasses; ++p)
-      if (const int64_t n = n0 + p * kGateUpWarps; n < F) {
-        mbarrier_expect_bytes(landed(p, warp), static_cast<uint32_t>(2 * pitch));
-        bulk_copy_to_shared(bulk_row(p, 0), slot_row(gate, j, k, e, E, F, n), static_cast<uint32_t>(pitch), landed(p, warp));
-        bulk_copy_to_shared(bulk_row(p, 1), slot_row(up, j, k, e, E, F, n), static_cast<uint32_t>(pitch), landed(p, warp));
-      }
-  } else if (j < k && valid) {
-    prefetch_rows(e);
-  }
+  if (j < k && valid) prefetch_rows(e);
   const GgmlType type = j == k ? gate.shared.type : gate.routed.type;
   const QuantizedX xq = type == GgmlType::Q4_K ? x8.q8_k : x8.q8_0;
   // The FP64 SiLU by one thread a row, not by lane 0 of every warp (each of its instructions a
@@ -416,13 +385,7 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 2)
                               live ? slot_row(up, j, k, e, E, F, n) : nullptr};
     float acc[2][1] = {};
     if (type == GgmlType::Q4_K && xq.codes && K % 256 == 0) {
-      if (live && bulk) {
-        mbarrier_wait(landed(p, warp), 0);
-        q4k_row_pair_dots<true>(bulk_row(p, 0), bulk_row(p, 1), K, xq.codes + t * K, xq.chunk_scales + t * K / 32,
-                                acc[0][0], acc[1][0]);
-      } else if (live) {
-        q4k_row_pair_dots(rows[0], rows[1], K, xq.codes + t * K, xq.chunk_scales + t * K / 32, acc[0][0], acc[1][0]);
-      }
+      if (live) q4k_row_pair_dots(rows[0], rows[1], K, xq.codes + t * K, xq.chunk_scales + t * K / 32, acc[0][0], acc[1][0]);
     } else {
       const bool int8 = xq.codes && dispatch_int8_unit(type, [&](auto unit) {
         gemv_accumulate<decltype(unit), 2, 1>(rows, K, Int8X{xq, K}.from_token(t), 1, lane, 32, acc);
@@ -811,39 +774,21 @@ constexpr int64_t kMaxExpertsRoutedInGateUp = 512;
 void moe_decode(cudaStream_t stream, const DeviceMatrix& mg, const DeviceMatrix& mu, const DeviceMatrix& md,
                 const DeviceMatrix* sg, const DeviceMatrix* su, const DeviceMatrix* sd, int64_t H, int64_t F,
                 int64_t E, int64_t T, const SlotRouting& routing, int64_t k, const float* shared_logit,
-                const float* x, const ExpertX8& x8, float* h, QuantizeTarget h8, float* out, bool bulk_copies) {
+                const float* x, const ExpertX8& x8, float* h, QuantizeTarget h8, float* out) {
   // Down: four rows per block.
   constexpr int kDownRows = 4;
   const int64_t slots = k + (sg ? 1 : 0);
   const SlotMatrices gate{slot_matrix(&mg), slot_matrix(sg)}, up{slot_matrix(&mu), slot_matrix(su)},
       down{slot_matrix(&md), slot_matrix(sd)};
-  // Routed rows in bulk where the kernel's Q4_K path reads them and two blocks still fit an SM.
-  const auto aligned = [](const uint8_t* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool bulk = bulk_copies && mg.type == GgmlType::Q4_K && mu.type == GgmlType::Q4_K &&
-                    mg.row_bytes == mu.row_bytes && mg.row_bytes % 16 == 0 && H % 256 == 0 && x8.q8_k.codes &&
-                    aligned(mg.data) && aligned(mu.data) && gate_up_bulk_bytes(mg.row_bytes) <= kGateUpBulkMaxBytes;
-  const auto gate_up = [&](auto per_lane) {
-    constexpr int kPerLane = decltype(per_lane)::value;
-    const auto run = [&](auto kernel, size_t smem) {
-      launch(stream, "expert_gate_up_kernel", kernel, dim3(blocks_for(F, kGateUpRows), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, smem, gate, up, H, F, E, routing, k, x, x8, h, h8);
-    };
-    if (!bulk) return run(expert_gate_up_kernel<kPerLane>, 0);
-    constexpr auto kernel = expert_gate_up_kernel<kPerLane, true>;
-    [[maybe_unused]] static const bool shared_ready = [] {  // once per instance: the largest it may take
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGateUpBulkMaxBytes)),
-            "expert_gate_up_kernel shared memory");
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-            "expert_gate_up_kernel carveout");
-      return true;
-    }();
-    run(kernel, gate_up_bulk_bytes(mg.row_bytes));
+  const auto gate_up = [&](auto kernel) {
+    launch(stream, "expert_gate_up_kernel", kernel, dim3(blocks_for(F, kGateUpRows), static_cast<unsigned>(T * slots)), 32 * kGateUpWarps, 0, gate, up, H, F, E, routing, k, x, x8, h, h8);
   };
   if (!routing.logits)
-    gate_up(std::integral_constant<int, 0>{});
+    gate_up(expert_gate_up_kernel<0>);
   else if (E <= 64)
-    gate_up(std::integral_constant<int, 2>{});
+    gate_up(expert_gate_up_kernel<2>);
   else if (E <= kMaxExpertsRoutedInGateUp)
-    gate_up(std::integral_constant<int, 16>{});
+    gate_up(expert_gate_up_kernel<16>);
   else
     fail("cuda moe: ", E, " experts are too many to route in the gate/up kernel");
   const dim3 down_grid(blocks_for(H, kDownRows), static_cast<unsigned>(T));
@@ -973,7 +918,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     DecodeH h = decode_h(*this, md, nullptr, pairs, F);
     const ExpertX8Buffers x8 = expert_x8(*this, {mg.type}, a.x->f32(), T, H, true);
     moe_decode(stream_, mg, mu, md, nullptr, nullptr, nullptr, H, F, E, T, {a.ids->i32(), a.weights->f32(), nullptr}, k, nullptr,
-               a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32(), bulk_copies());
+               a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32());
     return;
   }
   Tensor dn = scratch_f32(pairs * H);
@@ -1044,7 +989,7 @@ void CudaBackend::moe_ffn(const MoeFfnArgs& a) {
   const bool route_in_gate_up = E <= kMaxExpertsRoutedInGateUp;
   if (!route_in_gate_up) moe_route(*a.logits, k, ids, weights);
   moe_decode(stream_, mg, mu, md, &sg, &su, &sd, H, F, E, T, {ids.i32(), weights.f32(), route_in_gate_up ? a.logits->f32() : nullptr},
-             k, s.f32(), a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32(), bulk_copies());
+             k, s.f32(), a.x->f32(), x8.view(), h.values.f32(), h.q8.target(), a.out->f32());
 }
 
 }  // namespace regolith::cuda

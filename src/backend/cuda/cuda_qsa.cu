@@ -6,8 +6,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -674,16 +672,10 @@ constexpr int kMmaScoreWords = kMmaChunk / 8 * kMmaQuadPitch;  // a warp's parti
 // fragment loads of rows g, columns 2t are conflict-free), V rows (pitch hd + 4: those of rows 2t,
 // columns g are), the warps' partial scores (the first two warps' then hold P's TF32 parts), the
 // running max / sum / rescale of each row, and two chunks' cache rows.
-__host__ __device__ constexpr int64_t mma_attend_words(int64_t hd) {
+size_t mma_attend_words(int64_t hd) {
   return kMmaChunk * (hd + 8) + kMmaChunk * (hd + 4) + kMmaWarps * kMmaScoreWords + 3 * kMmaRows +
          2 * kMmaChunk;
 }
-// The fused prepare's (QsaFusedPrepare) words after those: the q, k and indexer norm weights (kHd
-// each) and a double scale for each of its at most kFusedRows rows. The rows themselves (the
-// group's query heads, the new key head, the indexer's query heads) are staged where the warps'
-// partial scores go, which the first chunk writes only after the queries are in registers.
-constexpr int kFusedRows = 32;
-__host__ __device__ constexpr int64_t fused_prepare_words(int64_t hd) { return 3 * hd + 2 * kFusedRows; }
 
 // Where the splits of a selection leave their partials (the chunk kernel's layout, merged by
 // qsa_attend_combine_kernel); with one split (m null) each output is written finished.
@@ -692,38 +684,17 @@ struct AttendParts {
   float *m = nullptr, *l = nullptr, *o = nullptr;
 };
 
-}  // namespace
-
-// qsa_prepare's work for one token, done by the attention kernel (qsa_prepare_attend): its inputs,
-// outputs and caches, the position, and the shape.
-struct QsaFusedPrepare {
-  const float *qg = nullptr, *k = nullptr, *v = nullptr, *iq = nullptr, *ik = nullptr;
-  const float *q_norm = nullptr, *k_norm = nullptr, *iq_norm = nullptr, *inv_freq = nullptr;
-  float *q_out = nullptr, *gate_out = nullptr, *k_out = nullptr, *iq_out = nullptr;
-  float *k_cache = nullptr, *v_cache = nullptr, *ik_cache = nullptr;
-  int64_t position = 0, di = 0, n_idx = 0, half = 0;
-  float eps = 0;
-};
-
-namespace {
-
 // Rows t < dense_rows attend to positions 0 .. dense_n0 + t and read no sel. early_kv (one dense
 // row, whose position dense_n0 alone the previous kernels wrote into the caches): a block requests
 // its first chunk's K and V rows of the earlier positions before the wait, so that they arrive
-// while the kernel before it ends, and the new position's after it. kFused (early_kv, each block a
-// single chunk): the block does qsa_prepare's work for its group itself (fp), instead of a prepare
-// kernel before it. Every block norms and rotates its group's query heads from the projection;
-// the block whose chunk holds the new position also its key head, into the K tile and the cache,
-// and copies its value head; the splits z = 0 write q and the gate out, and block (0, 0) the
-// indexer's heads and raw key. Norms as the prepare kernel forms them, but each row's sum of
-// squares by 16 threads.
-template <int kHd, bool kFused = false>
+// while the kernel before it ends, and the new position's after it.
+template <int kHd>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     qsa_attend_mma_kernel(const float* __restrict__ q, const float* __restrict__ gate, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int32_t* __restrict__ sel,
                           const int32_t* __restrict__ n_sel, int64_t dense_n0, int64_t dense_rows, int64_t nh,
                           int64_t nkv, int64_t cap, int64_t max_sel, float scale, bool early_kv, AttendParts parts,
-                          float* __restrict__ out, QsaFusedPrepare fp) {
+                          float* __restrict__ out) {
   extern __shared__ __align__(16) float attend_shared[];
   const int64_t t = blockIdx.x, g = blockIdx.y, G = nh / nkv, z = blockIdx.z, stride = parts.n_splits * kMmaChunk;
   constexpr int kp = kHd + 8, vp = kHd + 4;  // row pitches of K and V
@@ -782,85 +753,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       request(vc, rows, vs, vp, new_row);
     }
   }
-  // The fused prepare's rows: the group's G query heads, then the key head where the new position
-  // is this block's (row `at` of its chunk), then the indexer's heads in block (0, 0).
-  const int at = new_row - static_cast<int>(z) * kMmaChunk;
-  const bool holds_new = kFused && at >= 0 && at < kMmaChunk, indexer = kFused && g == 0 && z == 0;
-  const int key_row = holds_new ? static_cast<int>(G) : -1, idx_row0 = static_cast<int>(G) + (holds_new ? 1 : 0);
-  const int n_rows = idx_row0 + (indexer ? static_cast<int>(fp.n_idx) : 0);
-  const auto row_length = [&](int r) -> int { return r >= n_rows ? 0 : r < idx_row0 ? kHd : static_cast<int>(fp.di); };
-  float* norm_w = attend_shared + mma_attend_words(kHd);  // fused_prepare_words' layout
-  double* row_scale = reinterpret_cast<double*>(norm_w + 3 * kHd);
-  double rot_c = 0, rot_s = 0;  // the rotation of pair tid % half (the host keeps half a divisor of kThreads)
-  if constexpr (kFused) {
-    for (int e = tid; e < 3 * kHd; e += kThreads) {
-      const int which = e / kHd, i = e % kHd;
-      if ((which == 1 && !holds_new) || (which == 2 && !indexer)) continue;  // only the rows it norms
-      const float* w = which == 0 ? fp.q_norm : which == 1 ? fp.k_norm : fp.iq_norm;
-      norm_w[e] = i < (which == 2 ? fp.di : kHd) ? w[i] : 0.0f;
-    }
-    rope_angle(fp.inv_freq[tid % fp.half], fp.position, rot_c, rot_s);
-  }
   grid_dependency_wait();
   if (!dense) n_total = n_sel[t];
-  if constexpr (kFused) {
-    float* stage = ps;  // [n_rows][kHd]
-    const float* qg = fp.qg + g * G * 2 * kHd;
-    for (int e = tid; e < n_rows * kHd; e += kThreads) {
-      const int r = e / kHd, i = e % kHd;
-      stage[e] = r < G            ? qg[r * 2 * kHd + i]
-                 : r == key_row   ? fp.k[g * kHd + i]
-                 : i < fp.di      ? fp.iq[(r - idx_row0) * fp.di + i]
-                                  : 0.0f;
-      if (z == 0 && r < G) fp.gate_out[(g * G + r) * kHd + i] = qg[r * 2 * kHd + kHd + i];
-    }
-    if (holds_new)
-      for (int i = tid; i < kHd; i += kThreads) {
-        const float v = fp.v[g * kHd + i];
-        vs[at * vp + i] = v;
-        fp.v_cache[(static_cast<int64_t>(new_row) * nkv + g) * kHd + i] = v;
-      }
-    if (indexer)
-      for (int i = tid; i < fp.di; i += kThreads) fp.ik_cache[static_cast<int64_t>(new_row) * fp.di + i] = fp.ik[i];
-    __syncthreads();
-    // Each row's 1/rms, 16 threads a row.
-    for (int r0 = 0; r0 < n_rows; r0 += kThreads / 16) {
-      const int r = r0 + tid / 16, n = row_length(r);
-      double ss = 0;
-      for (int i = tid % 16; i < n; i += 16) ss += static_cast<double>(stage[r * kHd + i]) * stage[r * kHd + i];
-#pragma unroll
-      for (int o16 = 8; o16 > 0; o16 >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o16);
-      if (tid % 16 == 0 && n > 0) row_scale[r] = inv_rms(ss, n, fp.eps);
-    }
-    __syncthreads();
-    for (int e = tid; e < n_rows * kHd; e += kThreads) {
-      const int r = e / kHd, i = e % kHd;
-      const int weights = r < G ? 0 : r == key_row ? kHd : 2 * kHd;
-      if (i < row_length(r)) stage[e] = static_cast<float>(stage[e] * row_scale[r] * static_cast<double>(norm_w[weights + i]));
-    }
-    __syncthreads();
-    for (int e = tid; e < n_rows * fp.half; e += kThreads) rotate_pair(stage + e / fp.half * kHd, e % fp.half, fp.half, rot_c, rot_s);
-    __syncthreads();
-    for (int e = tid; e < n_rows * kHd; e += kThreads) {
-      const int r = e / kHd, i = e % kHd;
-      const float v = stage[e];
-      if (r < G) {
-        if (z == 0) fp.q_out[(g * G + r) * kHd + i] = v;
-      } else if (r == key_row) {
-        ks[at * kp + i] = v;
-        fp.k_out[g * kHd + i] = v;
-        fp.k_cache[(static_cast<int64_t>(new_row) * nkv + g) * kHd + i] = v;
-      } else if (i < fp.di) {
-        fp.iq_out[(r - idx_row0) * fp.di + i] = v;
-      }
-    }
-  }
 
   // This warp's dimensions, 8 a step: the A fragments of Q (rows gq and gq + 8, zero past G), k
   // slots tq and tq + 4 on dimensions 2·tq and 2·tq + 1 of the step.
   constexpr int kDims = kHd / kMmaWarps, kSteps = kDims / 8;
   SplitTf32 qa[kSteps][4];
-  const float* q_t = kFused ? ps : q + (t * nh + g * G) * kHd;  // fused: the staged rows
+  const float* q_t = q + (t * nh + g * G) * kHd;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int k = warp * kDims + 8 * s + 2 * tq;
@@ -871,7 +771,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   }
   if (tid < kMmaRows) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
   // Split z takes chunks z, z + n_splits, ...
-  if (early && !kFused) {
+  if (early) {
     // The new position's K and V pieces, a thread each, as a third group (the first chunk then
     // waits for all three).
     const int64_t at = new_row - z * kMmaChunk;
@@ -883,7 +783,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       cp_async_16_or_zero(dst + 4 * col, src, new_row < cap);
     }
     cp_async_commit();
-  } else if (!kFused) {  // fused: early's two groups and the new position's rows written above
+  } else {
     set_rows(z * kMmaChunk, rows);
     __syncthreads();
     if (z * kMmaChunk < n_total) {
@@ -1198,35 +1098,25 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 1)
   }
 }
 
-// Rows row0 .. of a on the tensor cores, a token a block, or parts.n_splits blocks writing parts;
-// with fused, qsa_prepare's work too (one token, a chunk a block).
+// Rows row0 .. of a on the tensor cores, a token a block, or parts.n_splits blocks writing parts.
 template <int kHd>
-void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0, AttendParts parts = {},
-                       const QsaFusedPrepare* fused = nullptr) {
+void launch_mma_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t row0, AttendParts parts = {}) {
   const int64_t nh = a.q->ne(1), T = a.q->ne(2) - row0, nkv = a.k_cache->ne(1);
   const bool early_kv = row0 == 0 && T == 1 && a.dense_rows == 1;
   const int64_t max_sel = a.sel ? a.sel->ne(0) : 0, row = kHd * nh;
-  // A lambda instance a kernel instance, so that each gets its shared memory attribute.
-  const auto run = [&]<bool kFused>(std::bool_constant<kFused>) {
-    constexpr auto kernel = qsa_attend_mma_kernel<kHd, kFused>;
-    const size_t smem = static_cast<size_t>(mma_attend_words(kHd) + (kFused ? fused_prepare_words(kHd) : 0)) * sizeof(float);
-    [[maybe_unused]] static const bool shared_ready = [smem] {
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-            "qsa_attend_mma_kernel shared memory");
-      return true;
-    }();
-    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(parts.n_splits));
-    launch(stream, "qsa_attend_mma_kernel", kernel, grid, kMmaWarps * 32, smem, a.q->f32() + row0 * row,
-           a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(),
-           a.sel ? a.sel->i32() + row0 * max_sel : nullptr, a.n_sel ? a.n_sel->i32() + row0 : nullptr,
-           a.dense_n0 + row0, std::max<int64_t>(0, a.dense_rows - row0), nh, nkv, a.k_cache->ne(2), max_sel, a.scale,
-           early_kv, parts, a.out->f32() + row0 * row, fused ? *fused : QsaFusedPrepare{});
-  };
-  if (fused && !early_kv) fail("qsa_prepare_attend: the fused prepare needs one dense row");
-  if (fused)
-    run(std::true_type{});
-  else
-    run(std::false_type{});
+  const size_t smem = mma_attend_words(kHd) * sizeof(float);
+  [[maybe_unused]] static const bool shared_ready = [smem] {  // once per head width
+    check(cudaFuncSetAttribute(qsa_attend_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "qsa_attend_mma_kernel shared memory");
+    return true;
+  }();
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nkv), static_cast<unsigned>(parts.n_splits));
+  launch(stream, "qsa_attend_mma_kernel", qsa_attend_mma_kernel<kHd>, grid, kMmaWarps * 32, smem,
+         a.q->f32() + row0 * row, a.gate->f32() + row0 * row, a.k_cache->f32(), a.v_cache->f32(),
+         a.sel ? a.sel->i32() + row0 * max_sel : nullptr, a.n_sel ? a.n_sel->i32() + row0 : nullptr,
+         a.dense_n0 + row0, std::max<int64_t>(0, a.dense_rows - row0), nh, nkv, a.k_cache->ne(2), max_sel, a.scale,
+         early_kv, parts, a.out->f32() + row0 * row);
 }
 
 // The first T rows of a (all dense).
@@ -1255,9 +1145,8 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 // dimension walking every chunk, took 11 µs a call at 32K context on an H200.)
 constexpr int kCombineWarps = 8, kCombineLoads = 8;
 __global__ void __launch_bounds__(32 * kCombineWarps)
-    qsa_attend_combine_kernel(const float* gate, bool gate_beside_q, const float* part_m, const float* part_l,
-                              const float* part_o, int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out,
-                              QuantizeTarget x8) {
+    qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l, const float* part_o,
+                              int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8) {
   extern __shared__ float w[];  // [n_chunks]
   __shared__ float warp_sums[kCombineWarps][32];
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
@@ -1266,10 +1155,9 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   const int64_t dim = blockIdx.z * 32 + lane;
   const bool live = dim < hd;
   const int64_t at = (t * nh + h) * hd + dim;
-  // The gate was written before the kernel this one follows, so its sigmoid is ready before the
-  // wait: it is an input of the attend op, or with the fused prepare (whose attention kernel writes
-  // the op's gate) the q/gate projection's rows (gate_beside_q: head h of token t at (t·nh + h)·2·hd).
-  const double gate_sigmoid = warp == 0 && live ? sigmoid_d(gate[gate_beside_q ? 2 * at - dim : at]) : 0.0;
+  // The gate is an input of the attend op, and this kernel follows the op's chunk kernel: it was
+  // written before that kernel, so its sigmoid is ready before the wait.
+  const double gate_sigmoid = warp == 0 && live ? sigmoid_d(gate[at]) : 0.0;
   grid_dependency_wait();
   float v[kCombineLoads];
 #pragma unroll
@@ -1385,43 +1273,9 @@ void CudaBackend::qsa_select(const QsaSelectArgs& a) {
   launch(stream_, "qsa_choose_kernel", qsa_choose_kernel, static_cast<unsigned>(T), kChooseThreads, key_bytes, scores_d, kernel_positions, a.ratio, a.top_blocks, nb_max, max_sel, a.sel->i32(), a.n_sel->i32());
 }
 
-void CudaBackend::qsa_prepare_attend(const QsaPrepareArgs& p, const QsaAttendArgs& a) {
-  check_qsa_prepare_attend(p, a);
-  const int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), G = nh / nkv;
-  const int64_t di = p.iq_out->ne(0), n_idx = p.iq_out->ne(1), half = p.n_rot / 2;
-  const int64_t n_chunks = (a.dense_n0 + 1 + kMmaChunk - 1) / kMmaChunk;
-  // One token on the tensor-core kernel, a chunk a block (so the new position is in its block's
-  // first chunk), with the prepare's rows within its staging and each rotation's pairs a divisor
-  // of the block.
-  const bool fuses = T == 1 && (hd == 64 || hd == 128 || hd == 192 || hd == 256) && G <= kMmaRows && di <= hd &&
-                     G + 1 + n_idx <= kFusedRows && (G + 1 + n_idx) * hd <= kMmaWarps * kMmaScoreWords &&
-                     kMmaWarps * 32 % half == 0 && n_chunks <= kAttendTargetBlocks / nkv;
-  // REGOLITH_XFUSEPREP=1 until a GPU has measured it (tools/cuda/NOTES.md, session 60); otherwise
-  // the prepare kernel runs before the attention, as in qsa_prepare and qsa_attend.
-  static const bool wanted = [] {
-    const char* v = std::getenv("REGOLITH_XFUSEPREP");
-    return v && std::string_view(v) == "1";
-  }();
-  if (!wanted || !fuses) return Backend::qsa_prepare_attend(p, a);
-  OpScope scope(profiler_, "qsa_prepare_attend", T, stream_);
-  std::vector<float> inv = rope_inv_freq(p.n_rot, p.theta);
-  const QsaFusedPrepare fused{.qg = p.qg->f32(), .k = p.k->f32(), .v = p.v->f32(), .iq = p.iq->f32(),
-                              .ik = p.ik->f32(), .q_norm = values(*p.q_norm), .k_norm = values(*p.k_norm),
-                              .iq_norm = values(*p.iq_norm), .inv_freq = cached_upload(std::span<const float>(inv)),
-                              .q_out = p.q_out->f32(), .gate_out = p.gate_out->f32(), .k_out = p.k_out->f32(),
-                              .iq_out = p.iq_out->f32(), .k_cache = p.k_cache->f32(), .v_cache = p.v_cache->f32(),
-                              .ik_cache = p.ik_cache->f32(), .position = p.positions[0], .di = di, .n_idx = n_idx,
-                              .half = half, .eps = p.eps};
-  attend(a, &fused);
-}
-
 void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   OpScope scope(profiler_, "qsa_attend", a.q->ne(2), stream_);
   check_qsa_attend(a);
-  attend(a, nullptr);
-}
-
-void CudaBackend::attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused) {
   int64_t hd = a.q->ne(0), nh = a.q->ne(1), T = a.q->ne(2), nkv = a.k_cache->ne(1), cap = a.k_cache->ne(2);
   int64_t max_sel = a.sel ? a.sel->ne(0) : a.dense_n0 + T;
   if (nh * T == 0) return;
@@ -1459,8 +1313,8 @@ void CudaBackend::attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused) {
     const QuantizeTarget x8 = hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
            dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh), static_cast<unsigned>((hd + 31) / 32)),
-           32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), fused ? fused->qg + hd : a.gate->f32(),
-           fused != nullptr, parts.m, parts.l, parts.o, hd, nh, nkv, parts.n_splits, a.out->f32(), x8);
+           32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
+           parts.n_splits, a.out->f32(), x8);
   };
   // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
   // decode (fewer tokens) a block per 32-position chunk of a (token, kv head)'s selection (two
@@ -1476,10 +1330,9 @@ void CudaBackend::attend(const QsaAttendArgs& a, const QsaFusedPrepare* fused) {
       constexpr int kHd = decltype(head_width)::value;
       if (split_mma) {
         const AttendParts parts = split_parts((max_sel + kMmaChunk - 1) / kMmaChunk);
-        launch_mma_attend<kHd>(stream_, a, 0, parts, fused);
+        launch_mma_attend<kHd>(stream_, a, 0, parts);
         return combine(parts);
       }
-      if (fused) fail("qsa_prepare_attend: no fused prepare for ", T, " rows");
       if (dense) launch_dense_attend<kHd>(stream_, a, a.dense_rows);
       if (!dense || rest > 0) launch_mma_attend<kHd>(stream_, a, dense ? a.dense_rows : 0);
     };
