@@ -13,7 +13,9 @@
 # build and its settings joined by commas: `tree`, `base` or the name of another tree under
 # .devtree (e.g. `clean` for .devtree/clean), e.g. RUNS="base clean tree,REGOLITH_XA=1"; every
 # tree a run names is built at once with the tree. CHECK=0 builds the tree without `ctest -L cuda`;
-# with CHECK=1, `ctest -L cuda` of the tree also runs under each setting of the tree's runs.
+# with CHECK=1, `ctest -L cuda` of the tree also runs under each setting of the tree's runs (a
+# failing setting's output comes back as ctest_SETTING.log), and a bench that prints no rows shows
+# its last lines instead.
 # SERVE (e.g. "1,4") then times `regolith serve` of every run with that many streams at once
 # (tools/serve_bench.py: 128-token prompts, 128 tokens a stream, two rounds). SPEC (e.g. "1 3")
 # writes the same model with an MTP block and times every run's speculative decode on it with that
@@ -79,8 +81,11 @@ if [ "${CHECK:-1}" != 0 ]; then
   for r in "${runs[@]}"; do
     spec=($r)
     [ "${spec[0]}" = b ] && [ ${#spec[@]} -gt 1 ] || continue
-    echo "ctest -L cuda under ${spec[*]:1}: $(env "${spec[@]:1}" ctest --test-dir /tmp/b -L cuda -j 8 --timeout 300 2>&1 |
-      grep -E "tests passed|tests failed|\(Failed\)|Timeout")"
+    log="$out/ctest_$(echo "${spec[*]:1}" | tr -c 'A-Za-z0-9\n' '_').log"
+    env "${spec[@]:1}" ctest --test-dir /tmp/b -L cuda -j 8 --timeout 300 --output-on-failure >"$log" 2>&1
+    passed=$?
+    echo "ctest -L cuda under ${spec[*]:1}: $(grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$log")"
+    [ "$passed" != 0 ] || rm "$log"
   done
 fi
 model=/tmp/flash-next-64e-q4k.gguf
@@ -103,7 +108,9 @@ for round in $(seq "${ROUNDS:-2}"); do
     late && break 2
     echo "== $r, round $round"
     # shellcheck disable=SC2086
-    run_as "$r" bench -m "$model" --backend cuda ${BENCH:--p 2048,8192 -n 32 -r 2} 2>&1 | grep -E "^\| (pp|tg)"
+    # Its rows, or its last lines where it printed none (an error).
+    rows=$(run_as "$r" bench -m "$model" --backend cuda ${BENCH:--p 2048,8192 -n 32 -r 2} 2>&1)
+    grep -E "^\| (pp|tg)" <<<"$rows" || tail -2 <<<"$rows"
   done
 done
 echo "benches at $(since)"
