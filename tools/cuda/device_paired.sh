@@ -83,9 +83,9 @@ if [ "${CHECK:-1}" != 0 ]; then
     [ "${spec[0]}" = b ] && [ ${#spec[@]} -gt 1 ] || continue
     log="$out/ctest_$(echo "${spec[*]:1}" | tr -c 'A-Za-z0-9\n' '_').log"
     env "${spec[@]:1}" ctest --test-dir /tmp/b -L cuda -j 8 --timeout 300 --output-on-failure >"$log" 2>&1
-    passed=$?
+    status=$?
     echo "ctest -L cuda under ${spec[*]:1}: $(grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$log")"
-    [ "$passed" != 0 ] || rm "$log"
+    [ "$status" != 0 ] || rm "$log"
   done
 fi
 model=/tmp/flash-next-64e-q4k.gguf
@@ -107,8 +107,8 @@ for round in $(seq "${ROUNDS:-2}"); do
   for r in "${runs[@]}"; do
     late && break 2
     echo "== $r, round $round"
-    # shellcheck disable=SC2086
     # Its rows, or its last lines where it printed none (an error).
+    # shellcheck disable=SC2086
     rows=$(run_as "$r" bench -m "$model" --backend cuda ${BENCH:--p 2048,8192 -n 32 -r 2} 2>&1)
     grep -E "^\| (pp|tg)" <<<"$rows" || tail -2 <<<"$rows"
   done
