@@ -27,6 +27,12 @@ Tensor Tensor::slice(int dim, int64_t first, int64_t n) const {
   return Tensor(dtype_, ne, storage_, offset_ + first * stride);
 }
 
+Tensor Tensor::bitcast(DType dtype) const {
+  if (dtype_bytes(dtype) != dtype_bytes(dtype_))
+    fail("cannot read tensor ", shape_string(), " of ", dtype_name(dtype_), " as ", dtype_name(dtype));
+  return Tensor(dtype, ne_, storage_, offset_);
+}
+
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "f32";
@@ -263,6 +269,39 @@ void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int
   expect_shape(qry, key.ne(), "ple_gate", "qry");
   expect_shape(val, {H, T, 1, 1}, "ple_gate", "val");
   expect_shape(out, key.ne(), "ple_gate", "out");
+}
+
+void check_ple_inject(const PleInjectArgs& a) {
+  const int64_t S = a.n_streams, W = a.R->ne(0), T = a.R->ne(1);
+  if (a.R->dtype() != DType::F32) fail("ple_inject: R is not F32");
+  if (S <= 0 || W % S) fail("ple_inject: ", S, " streams do not divide ", W);
+  const int64_t H = W / S, K = a.conv->ne[0];
+  expect_shape(*a.R, {W, T, 1, 1}, "ple_inject", "R");
+  if (a.y) check_hc_write(*a.R, *a.y, *a.inject_w);
+  expect_shape(*a.key_proj, {W, T, 1, 1}, "ple_inject", "key_proj");
+  expect_shape(*a.val, {H, T, 1, 1}, "ple_inject", "val");
+  for (const Weight* w : {a.norm_key, a.norm_query, a.norm_conv})
+    if (w->n_elements() != W) fail("ple_inject: ", w->name, " does not have ", W, " values");
+  if (K < 1 || a.conv->ne[1] != W || a.dilation < 1) fail("ple_inject: ", a.conv->name, " is not a conv over ", W, " channels");
+  expect_shape(*a.history, {W, (K - 1) * a.dilation, 1, 1}, "ple_inject", "history");
+  if (a.conv_inputs) expect_shape(*a.conv_inputs, {W, T, 1, 1}, "ple_inject", "conv_inputs");
+}
+
+void Backend::ple_inject(const PleInjectArgs& a) {
+  check_ple_inject(a);
+  Tensor& R = *a.R;
+  const int64_t W = R.ne(0), T = R.ne(1), H = W / a.n_streams;
+  if (a.y) hc_write(R, *a.y, *a.inject_w);
+  const auto wide = [&] { return alloc_output(DType::F32, {W, T, 1, 1}); };
+  Tensor key = wide(), qry = wide(), G = wide(), C = wide();
+  Tensor N = a.conv_inputs ? *a.conv_inputs : wide();
+  rms_norm(*a.key_proj, a.norm_key, H, a.eps, key);
+  rms_norm(R, a.norm_query, H, a.eps, qry);
+  ple_gate(key, qry, *a.val, a.n_streams, G);
+  rms_norm(G, a.norm_conv, H, a.eps, N);
+  causal_conv(N, *a.history, *a.conv, a.dilation, C);
+  add(R, G, R);
+  add(R, C, R);
 }
 
 std::vector<float> Backend::read_f32(const Tensor& t) {

@@ -51,6 +51,8 @@ class Tensor {
   // Indices first .. first + n − 1 of dimension dim, sharing the storage; every dimension above
   // dim must be 1 (so the slice is contiguous).
   Tensor slice(int dim, int64_t first, int64_t n) const;
+  // The same elements read as another dtype of the same width (I32 words received as F32 values).
+  Tensor bitcast(DType dtype) const;
   std::string shape_string() const;
 
   // Raw access, for backends only (model code must not dereference: the memory may be a GPU's).
@@ -96,6 +98,27 @@ struct HcReadArgs {
   float eps = 1e-6f;
   Tensor* x = nullptr;              // out [H, T]: (1/S)·Σ_s sigmoid(up·silu(down·n/S))_s ⊙ n_s
   Tensor* inject_w = nullptr;       // out [S, T]: 2·sigmoid((inject·n)/S); unused without inject
+};
+
+// PLE injection of one sequence's tokens (model-spec §4.8.4), on R in place: the pending HC write
+// R += inject_w ⊙ y first when y is set, then with groups of H values
+//   key = rms_norm(key_proj, norm_key), qry = rms_norm(R, norm_query), G = ple_gate(key, qry, val),
+//   N = rms_norm(G, norm_conv), C = causal_conv(N, history, conv, dilation), R += G, R += C.
+struct PleInjectArgs {
+  Tensor* R = nullptr;                  // [W, T] wide residual, updated
+  const Tensor* y = nullptr;            // [H, T] a pending write's sublayer output, or null
+  const Tensor* inject_w = nullptr;     // [S, T] its inject weights (with y)
+  const Tensor* key_proj = nullptr;     // [W, T] key projection of the n-gram rows
+  const Tensor* val = nullptr;          // [H, T] value projection
+  const Weight* norm_key = nullptr;     // {W} grouped gammas (already 1 + w)
+  const Weight* norm_query = nullptr;   // {W}
+  const Weight* norm_conv = nullptr;    // {W}
+  const Weight* conv = nullptr;         // {K, W}
+  Tensor* history = nullptr;            // [W, (K−1)·dilation] the conv's last inputs, updated
+  int64_t n_streams = 0;                // S
+  int64_t dilation = 1;
+  float eps = 1e-6f;
+  Tensor* conv_inputs = nullptr;        // out [W, T]: N, for a caller that rewinds the history; or null
 };
 
 // Gated-delta-rule scan of one GDN layer (model-spec §4.4), FP32 state.
@@ -280,6 +303,7 @@ void check_moe_route(const Tensor& logits, int64_t k, const Tensor& ids, const T
 void check_moe_experts(const MoeExpertsArgs& a);
 void check_moe_ffn(const MoeFfnArgs& a);
 void check_ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, const Tensor& out);
+void check_ple_inject(const PleInjectArgs& a);
 
 // Host memory that queued work reads when the device reaches it, not when it is issued: the host
 // fills it after issuing that work and then releases it (a decode step issued before its token is
@@ -421,6 +445,9 @@ class Backend {
   // out[s·H + d, t] = sigmoid(ssqrt(key_s·qry_s / sqrt(H)))·val[d, t], ssqrt(x) = sign(x)·sqrt(max(|x|, 1e-6)).
   // key, qry [W, T] (normed), val [H, T], out [W, T].
   virtual void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) = 0;
+  // What model code calls. The default runs hc_write, rms_norm, ple_gate, causal_conv and add; a
+  // backend may fuse.
+  virtual void ple_inject(const PleInjectArgs& a);
 
  private:
   // gdn_core with states_after: one gdn_core a token, the state copied after each but the last.

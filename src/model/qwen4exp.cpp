@@ -20,6 +20,9 @@ namespace {
 constexpr int64_t kInitialCapacity = 256;
 // Where a queued step's inputs lie in its mailbox: the token id (I32), then its n-gram rows (F32).
 constexpr size_t kQueuedToken = 0, kQueuedPleRows = 16;
+size_t mailbox_bytes(const Qwen4ExpHparams& hp) {
+  return kQueuedPleRows + (hp.ple_layers.empty() ? 0 : static_cast<size_t>(hp.n_embd) * sizeof(float));
+}
 
 void check_token(const Qwen4ExpHparams& hp, int32_t t) {
   if (t < 0 || t >= hp.n_vocab) fail("token id ", t, " is outside the vocabulary (", hp.n_vocab, ")");
@@ -100,9 +103,14 @@ class Forward {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
     Tensor x = f32(H, T_);
     if (inputs_) {
-      Tensor id = be_.alloc_output(DType::I32, {1, 1, 1, 1});
-      be_.receive(*inputs_, kQueuedToken, id);
-      be_.get_rows_by(w_.token_embd, id, x);
+      // The token id and its n-gram rows in one receive: each receive costs the device a read of
+      // host memory, on the chain (about 14 µs for the rows alone at layer 1, H100).
+      const auto words = static_cast<int64_t>(mailbox_bytes(hp_) / sizeof(int32_t));
+      Tensor received = be_.alloc_output(DType::I32, {words, 1, 1, 1});
+      be_.receive(*inputs_, 0, received);
+      if (!hp_.ple_layers.empty())
+        queued_ple_rows_ = received.slice(0, kQueuedPleRows / sizeof(int32_t), H).bitcast(DType::F32);
+      be_.get_rows_by(w_.token_embd, received.slice(0, kQueuedToken / sizeof(int32_t), 1), x);
     } else {
       std::vector<int64_t> ids;
       for (const SeqPart& p : parts_) ids.insert(ids.end(), p.tokens.begin(), p.tokens.end());
@@ -247,10 +255,7 @@ class Forward {
   // One decoder layer: [PLE] → HC read → GDN or QSA → HC write → HC read → MoE → HC write (the last
   // write left pending for the next read).
   void layer(int64_t il, const LayerWeights& L, Tensor& R, PendingWrite& pending) {
-    if (L.has_ple) {
-      write_pending(R, pending);
-      ple(il, L.ple, R);
-    }
+    if (L.has_ple) ple(il, L.ple, R, pending);
     Hc attn = hc_read(L.hc_attn, R, pending, il, "hc_attn");
     Tensor y = L.recurrent ? gdn(il, L.gdn, attn.x) : qsa(il, L.qsa, attn.x);
     pending = {y, attn.inject_w, "resid_attn", il};
@@ -277,12 +282,15 @@ class Forward {
     return out;
   }
 
-  void ple(int64_t il, const PleWeights& w, Tensor& R) {
+  // The PLE injection at layer il, with the write still pending from the layer before (traced
+  // apart first when tracing: its trace point holds R before the PLE).
+  void ple(int64_t il, const PleWeights& w, Tensor& R, PendingWrite& pending) {
     int64_t H = hp_.n_embd, S = hp_.hc_count;
-    Tensor E = f32(H, T_);
+    Tensor E;
     if (inputs_) {
-      be_.receive(*inputs_, kQueuedPleRows, E);
+      E = queued_ple_rows_;
     } else {
+      E = f32(H, T_);
       std::vector<int64_t> rows;
       for (const SeqPart& p : parts_) {
         std::vector<int64_t> r = ple_rows(hp_, ple_hash_, p.st->ple_context, p.tokens);
@@ -292,26 +300,21 @@ class Forward {
     }
     trace("ple.embd", il, E);
     auto [key_proj, val] = mul_mats<2>({&w.key, &w.value}, E);
-    Tensor key = rms_norm(key_proj, w.norm_key, H);
-    Tensor qry = rms_norm(R, w.norm_query, H);
-    Tensor G = f32(H * S, T_);
-    be_.ple_gate(key, qry, val, S, G);
-    trace("ple.gated", il, G);
-    Tensor N = rms_norm(G, w.norm_conv, H);
-    if (record_) record_->ple_inputs = N;
-    Tensor C = f32(H * S, T_);
-    if (one_token_each()) {
-      be_.causal_conv_columns(N, each_state([](Qwen4ExpState& st) { return &st.ple_conv; }), w.conv,
-                              hp_.ple_ngram_size, C);
-    } else {
-      for (const SeqPart& p : parts_) {
-        Tensor c = of(C, p);
-        be_.causal_conv(of(N, p), p.st->ple_conv, w.conv, hp_.ple_ngram_size, c);
-      }
+    if (trace_) write_pending(R, pending);
+    Tensor N = record_ ? f32(H * S, T_) : Tensor();
+    for (const SeqPart& p : parts_) {  // each sequence's own conv history
+      Tensor Rp = of(R, p), Np = N.empty() ? N : of(N, p);
+      const Tensor yp = pending.y.empty() ? Tensor() : of(pending.y, p);
+      const Tensor wp = pending.y.empty() ? Tensor() : of(pending.inject_w, p);
+      const Tensor kp = of(key_proj, p), vp = of(val, p);
+      be_.ple_inject({.R = &Rp, .y = yp.empty() ? nullptr : &yp, .inject_w = wp.empty() ? nullptr : &wp,
+                      .key_proj = &kp, .val = &vp, .norm_key = &w.norm_key, .norm_query = &w.norm_query,
+                      .norm_conv = &w.norm_conv, .conv = &w.conv, .history = &p.st->ple_conv, .n_streams = S,
+                      .dilation = hp_.ple_ngram_size, .eps = static_cast<float>(hp_.rms_eps),
+                      .conv_inputs = Np.empty() ? nullptr : &Np});
     }
-    trace("ple.conv", il, C);
-    be_.add(R, G, R);
-    be_.add(R, C, R);
+    pending = {};
+    if (record_) record_->ple_inputs = N;
     trace("resid_ple", il, R);
   }
 
@@ -430,6 +433,7 @@ class Forward {
   Backend& be_;
   std::vector<SeqPart> parts_;
   HostMailbox* inputs_;
+  Tensor queued_ple_rows_;  // with inputs_: the token's n-gram rows [H], received with its id
   const TraceFn& trace_;
   Pass pass_;
   Qwen4ExpVerifyRecord* record_;
@@ -624,9 +628,7 @@ Tensor Qwen4ExpModel::forward_batch(Backend& be, std::span<Qwen4ExpState* const>
   return Forward(*this, ple_hash_, be, std::move(parts), nullptr, trace).run(LogitRows::All, wide);
 }
 
-size_t Qwen4ExpModel::queued_inputs_bytes() const {
-  return kQueuedPleRows + (hp_.ple_layers.empty() ? 0 : static_cast<size_t>(hp_.n_embd) * sizeof(float));
-}
+size_t Qwen4ExpModel::queued_inputs_bytes() const { return mailbox_bytes(hp_); }
 
 Tensor Qwen4ExpModel::forward_queued(Backend& be, Qwen4ExpState& state, HostMailbox& inputs,
                                      const TraceFn& trace) const {

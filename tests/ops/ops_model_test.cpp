@@ -1,6 +1,6 @@
 // Model-shaped ops of every backend against float64 evaluations written here from model-spec §4:
 // hyper-connections, Gated DeltaNet (recurrent and chunked, with a carried state), QSA pool /
-// select / attend, MoE routing and experts, the PLE gate.
+// select / attend, MoE routing and experts, the PLE gate and injection.
 #include <numeric>
 
 #include "backend/qsa_topk.h"
@@ -510,6 +510,88 @@ TEST_P(ModelOps, PleGate) {
     }
   expect_close(be->read_f32(out), want, 1e-6, "ple_gate");
   EXPECT_FLOAT_EQ(be->read_f32(out)[W + 2 * H], 0.5f * val[H]);
+}
+
+// PLE injection (model-spec §4.8.4) of T tokens of one sequence, in float64 from its formulas: the
+// pending write, the three grouped norms, the gate, the dilated conv over [history | N] and the
+// residual; history moves on to the last inputs.
+struct PleInjectCase {
+  int64_t S, H, T;
+  bool pending;
+};
+
+TEST_P(ModelOps, PleInject) {
+  constexpr int64_t K = 4, dil = 3, L = (K - 1) * dil;
+  constexpr double eps = 1e-6;
+  // T = 1 is CUDA's one-kernel form (H = 2560: the model's, every thread five values); T = 3 and a
+  // second call on the moved history check the history; S·H not a multiple of 32 anywhere.
+  for (const PleInjectCase c : {PleInjectCase{4, 2560, 1, true}, {4, 40, 1, true}, {4, 40, 1, false}, {3, 24, 3, true}}) {
+    const int64_t S = c.S, H = c.H, T = c.T, W = S * H;
+    const std::string what = "ple_inject S=" + std::to_string(S) + " H=" + std::to_string(H) + " T=" + std::to_string(T);
+    auto R = random_values(W * T, 70, 2.0f), y = random_values(H * T, 71), iw = random_values(S * T, 72);
+    auto key_proj = random_values(W * T, 73), val = random_values(H * T, 74), hist = random_values(W * L, 75);
+    const auto gammas = [&](uint32_t seed) {  // around 1, as stored (1 + w)
+      std::vector<float> v = random_values(W, seed, 0.3f);
+      for (float& x : v) x += 1.0f;
+      return v;
+    };
+    const std::vector<float> gk = gammas(76), gq = gammas(77), gn = gammas(78), cw = random_values(K * W, 79, 0.5f);
+    auto norm_key = make_weight("norm_key", GgmlType::F32, {W, 1, 1, 1}, gk);
+    auto norm_query = make_weight("norm_query", GgmlType::F32, {W, 1, 1, 1}, gq);
+    auto norm_conv = make_weight("norm_conv", GgmlType::F32, {W, 1, 1, 1}, gn);
+    auto conv = make_weight("conv", GgmlType::F32, {K, W, 1, 1}, cw);
+    Tensor tR = upload(*be, R, {W, T, 1, 1}), ty = upload(*be, y, {H, T, 1, 1}), tiw = upload(*be, iw, {S, T, 1, 1});
+    Tensor tk = upload(*be, key_proj, {W, T, 1, 1}), tv = upload(*be, val, {H, T, 1, 1});
+    Tensor th = upload(*be, hist, {W, L, 1, 1}), N = be->alloc_f32(W, T);
+    const PleInjectArgs args{.R = &tR, .y = c.pending ? &ty : nullptr, .inject_w = c.pending ? &tiw : nullptr,
+                             .key_proj = &tk, .val = &tv, .norm_key = &norm_key->w, .norm_query = &norm_query->w,
+                             .norm_conv = &norm_conv->w, .conv = &conv->w, .history = &th, .n_streams = S,
+                             .dilation = dil, .eps = static_cast<float>(eps), .conv_inputs = &N};
+    // float64 evaluation; seq holds [history | N] a channel's rows.
+    std::vector<double> want_R(W * T), want_N(W * T), seq(W * (L + T));
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t ch = 0; ch < W; ++ch) seq[j * W + ch] = hist[j * W + ch];
+    const auto rms = [&](const double* x) {
+      double ss = 0;
+      for (int64_t d = 0; d < H; ++d) ss += x[d] * x[d];
+      return 1.0 / std::sqrt(ss / H + eps);
+    };
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s = 0; s < S; ++s) {
+        std::vector<double> r(H), k(H), g(H);
+        for (int64_t d = 0; d < H; ++d)
+          r[d] = R[t * W + s * H + d] + (c.pending ? static_cast<double>(iw[t * S + s]) * y[t * H + d] : 0.0);
+        for (int64_t d = 0; d < H; ++d) k[d] = key_proj[t * W + s * H + d];
+        const double rr = rms(r.data()), rk = rms(k.data());
+        double dot = 0;
+        for (int64_t d = 0; d < H; ++d)
+          dot += k[d] * rk * gk[s * H + d] * r[d] * rr * gq[s * H + d];
+        const double sc = dot / std::sqrt(static_cast<double>(H));
+        const double gate = sigmoid(sc == 0 ? 0 : (sc > 0 ? 1 : -1) * std::sqrt(std::max(std::fabs(sc), 1e-6)));
+        for (int64_t d = 0; d < H; ++d) g[d] = gate * val[t * H + d];
+        const double rg = rms(g.data());
+        for (int64_t d = 0; d < H; ++d) {
+          const int64_t ch = s * H + d;
+          want_N[t * W + ch] = seq[(L + t) * W + ch] = g[d] * rg * gn[ch];
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          const int64_t ch = s * H + d;
+          double sum = 0;
+          for (int64_t j = 0; j < K; ++j) sum += cw[ch * K + j] * seq[(L + t - (K - 1 - j) * dil) * W + ch];
+          want_R[t * W + ch] = r[d] + g[d] + sum * sigmoid(sum);
+        }
+      }
+    be->ple_inject(args);
+    expect_close(be->read_f32(tR), want_R, 2e-5, what + " R");
+    expect_close(be->read_f32(N), want_N, 2e-5, what + " conv inputs");
+    const std::vector<float> got_hist = be->read_f32(th), got_N = be->read_f32(N);
+    for (int64_t j = 0; j < L; ++j)  // the last L rows of [history | N], exactly
+      for (int64_t ch = 0; ch < W; ++ch) {
+        const int64_t row = T + j;
+        const float want = row < L ? hist[row * W + ch] : got_N[(row - L) * W + ch];
+        ASSERT_EQ(got_hist[j * W + ch], want) << what << " history row " << j << " channel " << ch;
+      }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ModelOps, ::testing::ValuesIn(backend_names()), backend_param_name);

@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
   void moe_ffn(const MoeFfnArgs& a) override;
 
   void ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) override;
+  void ple_inject(const PleInjectArgs& a) override;
 
   // ---- for the op files ----
   cudaStream_t stream() const { return stream_; }

@@ -74,6 +74,9 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// A residual value after the write R += w·y (in FP64, as the reference).
+__device__ __forceinline__ float written(float r, float w, float y) { return static_cast<float>(r + static_cast<double>(w) * y); }
+
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 __device__ __forceinline__ double silu_d(double x) { return x * sigmoid_d(x); }
 // The same in FP32 (expf and a division: a fifth of the FP64 chain's latency).

@@ -1,4 +1,4 @@
-// CUDA hyper-connection read/write (model-spec §4.2) and the PLE gate (§4.8.4). hc_read is the
+// CUDA hyper-connection read/write (model-spec §4.2). hc_read is the
 // grouped norm, down projection + SiLU, up projection, sigmoid-weighted stream mix and inject
 // weights. One token with four streams and matrices that have unit loaders (decode) runs it as
 // two kernels, the norm folded into both by linearity: n = R·gamma·rinv_s on stream s, so a row's
@@ -42,8 +42,6 @@ __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
   if (i < n) v[i] = static_cast<float>(2.0 * sigmoid_d(v[i] * inv_s));
 }
 
-// A residual value after the write R += w·y (in FP64, as the reference).
-__device__ __forceinline__ float written(float r, float w, float y) { return static_cast<float>(r + static_cast<double>(w) * y); }
 
 // R[t][s][d] += iw[t][s]·y[t][d] for every stream s; grid per_token_grid(H, T).
 __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64_t H, int64_t S, int64_t T) {
@@ -563,21 +561,6 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
       });
 }
 
-// One block per (token, stream).
-__global__ void ple_gate_kernel(const float* key, const float* qry, const float* val, int64_t H, int64_t S,
-                                float* out) {
-  grid_dependency_wait();
-  int64_t t = blockIdx.x, s = blockIdx.y, W = H * S;
-  const float* k = key + t * W + s * H;
-  const float* q = qry + t * W + s * H;
-  double dot = 0;
-  for (int64_t d = threadIdx.x; d < H; d += blockDim.x) dot += static_cast<double>(k[d]) * q[d];
-  double score = block_sum(dot) / sqrt(static_cast<double>(H));
-  double ss = score == 0 ? 0.0 : copysign(sqrt(fmax(fabs(score), 1e-6)), score);
-  double gate = sigmoid_d(ss);
-  for (int64_t d = threadIdx.x; d < H; d += blockDim.x) out[t * W + s * H + d] = static_cast<float>(gate * val[t * H + d]);
-}
-
 }  // namespace
 
 // Whether hc_read of a runs as the two decode kernels.
@@ -712,15 +695,6 @@ void CudaBackend::hc_write(Tensor& R, const Tensor& y, const Tensor& inject_w) {
   int64_t W = R.ne(0), T = R.ne(1), H = y.ne(0), S = inject_w.ne(0);
   if (W * T == 0) return;
   launch(stream_, "hc_write_kernel", hc_write_kernel, per_token_grid(H, T, kThreads), kThreads, 0, R.f32(), y.f32(), inject_w.f32(), H, S, T);
-}
-
-void CudaBackend::ple_gate(const Tensor& key, const Tensor& qry, const Tensor& val, int64_t n_streams, Tensor& out) {
-  OpScope scope(profiler_, "ple_gate", val.ne(1), stream_);
-  check_ple_gate(key, qry, val, n_streams, out);
-  int64_t T = key.ne(1), H = val.ne(0);
-  if (n_streams * T == 0) return;
-  dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(n_streams));
-  launch(stream_, "ple_gate_kernel", ple_gate_kernel, grid, 128, 0, key.f32(), qry.f32(), val.f32(), H, n_streams, out.f32());
 }
 
 }  // namespace regolith::cuda
