@@ -113,6 +113,32 @@ TEST_F(CudaVsRef, MulMatEveryTypeMatvecAndGemm) {
   }
 }
 
+// A one-token product of at least CudaBackend::kEarlyReadRows rows (the LM head's case), read by
+// read_later: inside a step graph its first rows go to the host beside its last launch and
+// read_later copies the rest. What the read returns must equal the product as read_f32 reads it,
+// for a fresh input each round (a stale or misplaced part differs): alone, when a second product
+// takes the early copy from the first (the first is then read whole), and with the graph reused.
+TEST_F(CudaVsRef, LargeProductReadLaterInTwoParts) {
+  const int64_t K = 64, N = 70000;
+  auto w = make_weight("w", GgmlType::Q8_0, {K, N, 1, 1}, random_values(K * N, 31, 0.2f));
+  for (int round = 0; round < 4; ++round) {
+    const std::string what = "round " + std::to_string(round);
+    Tensor x = upload(*cuda, random_values(K, 40 + round), {K, 1, 1, 1});
+    Tensor first = cuda->alloc_f32(N, 1), second = cuda->alloc_f32(N, 1);
+    cuda->mul_mat(w->w, x, first);
+    if (round == 2) {
+      Tensor y = upload(*cuda, random_values(K, 50), {K, 1, 1, 1});
+      cuda->mul_mat(w->w, y, second);
+      std::unique_ptr<PendingRead> read_second = cuda->read_later(second);
+      const std::span<const float> got = read_second->wait();
+      EXPECT_EQ(std::vector<float>(got.begin(), got.end()), cuda->read_f32(second)) << what << " second product";
+    }
+    std::unique_ptr<PendingRead> read = cuda->read_later(first);
+    const std::span<const float> got = read->wait();
+    EXPECT_EQ(std::vector<float>(got.begin(), got.end()), cuda->read_f32(first)) << what;
+  }
+}
+
 TEST_F(CudaVsRef, MulMatPartialChunk) {
   for (int64_t K : {7, 100, 1000}) {
     int64_t N = 33;

@@ -228,6 +228,19 @@ class CudaBackend final : public Backend {
   // A session queues up to two steps while it reads the last one: three slots per two mailboxes.
   std::deque<ReadSlot> read_slots_;
   void add_read_slots(size_t n);
+  ReadSlot* free_read_slot();  // null when every slot is busy
+  // A one-token product of at least kEarlyReadRows rows (the LM head) inside a step graph runs as
+  // two launches, its first rows copied to a free read slot beside the second launch; read_later
+  // of that output then copies only the rest (H100: the logits' copy held the device 30 µs a
+  // token). Dropped, its slot freed, by the next product or read of anything else.
+  struct EarlyRead {
+    const float* values = nullptr;
+    int64_t n = 0, first = 0;  // the output's values, those already on their way
+    ReadSlot* slot = nullptr;
+  };
+  static constexpr int64_t kEarlyReadRows = 65536;
+  EarlyRead early_read_;
+  void drop_early_read();
   friend class CudaPendingRead;
   bool queued_steps_ = true;  // mailbox() makes mailboxes (unless REGOLITH_CUDA_QUEUED=0)
   std::vector<CudaMailbox*> mailboxes_;

@@ -29,9 +29,10 @@ void set_hooks(cudaStream_t stream, StreamHooks hooks) {
     hooks_table().erase(stream);
 }
 
-void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what) {
+void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what,
+                  bool beside) {
   if (bytes == 0) return;
-  if (StepRecorder* r = hooks_of(stream).recorder) return r->memcpy(dst, src, bytes, kind);
+  if (StepRecorder* r = hooks_of(stream).recorder) return r->memcpy(dst, src, bytes, kind, beside);
   check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
 }
 

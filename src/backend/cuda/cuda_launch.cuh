@@ -32,7 +32,9 @@ void set_hooks(cudaStream_t stream, StreamHooks hooks);
 
 
 // Stream-ordered copy and fill that a recording stream keeps as graph nodes.
-void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what);
+// beside: on a recording stream, work after the copy does not wait for it (StepRecorder::memcpy).
+void memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream, const char* what,
+                  bool beside = false);
 void memset_async(void* dst, size_t bytes, cudaStream_t stream);
 
 namespace detail {

@@ -335,7 +335,24 @@ void CudaBackend::matmul(const DeviceMatrix& w, const float* x, int64_t T, float
 void CudaBackend::mul_mat(const Weight& w, const Tensor& x, Tensor& out) {
   OpScope scope(profiler_, "mul_mat", x.ne(1), stream_, w.ne[1]);
   check_mul_mat(w, x, out);
-  matmul(matrix(w), x.f32(), x.ne(1), out.f32(), q8_input(x));
+  const DeviceMatrix& m = matrix(w);
+  const QuantizedActivations* x_q8 = q8_input(x);
+  drop_early_read();
+  ReadSlot* slot = x.ne(1) == 1 && recording_ && m.n_rows >= kEarlyReadRows && out.n_bytes() <= kReadBufferBytes
+                       ? free_read_slot()
+                       : nullptr;
+  if (!slot) return matmul(m, x.f32(), x.ne(1), out.f32(), x_q8);
+  const int64_t first = m.n_rows / 8 * 7 / 64 * 64;  // the copy of 7/8 runs beside the last 1/8
+  DeviceMatrix head = m, tail = m;
+  head.n_rows = first;
+  tail.data += static_cast<uint64_t>(first) * m.row_bytes;
+  tail.n_rows = m.n_rows - first;
+  matmul(head, x.f32(), 1, out.f32(), x_q8);
+  memcpy_async(slot->host, out.f32(), static_cast<size_t>(first) * sizeof(float), cudaMemcpyDeviceToHost, stream_,
+               "early read", /*beside=*/true);
+  matmul(tail, x.f32(), 1, out.f32() + first, x_q8);
+  slot->busy = true;
+  early_read_ = {.values = out.f32(), .n = m.n_rows, .first = first, .slot = slot};
 }
 
 void CudaBackend::mul_mat_shared_input(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor* const> outs) {

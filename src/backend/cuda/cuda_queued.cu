@@ -136,21 +136,42 @@ void CudaBackend::receive(HostMailbox& from, size_t offset, Tensor& dst) {
          static_cast<uint32_t*>(dst.data()), n);
 }
 
+CudaBackend::ReadSlot* CudaBackend::free_read_slot() {
+  auto slot = std::find_if(read_slots_.begin(), read_slots_.end(), [](const ReadSlot& s) { return !s.busy; });
+  return slot == read_slots_.end() ? nullptr : &*slot;
+}
+
+void CudaBackend::drop_early_read() {
+  if (early_read_.slot) early_read_.slot->busy = false;  // a later copy into it follows the early one
+  early_read_ = {};
+}
+
 std::unique_ptr<PendingRead> CudaBackend::read_later(const Tensor& src) {
   if (src.dtype() != DType::F32) fail("read_later on a non-F32 tensor");
   const size_t bytes = src.n_bytes();
+  ReadSlot* slot = nullptr;
+  int64_t skip = 0;
+  if (early_read_.values == src.f32() && early_read_.n == src.n_elements()) {
+    // The product's first rows are on their way already (mul_mat): the rest follows into their
+    // slot, which stays busy for this read.
+    slot = early_read_.slot, skip = early_read_.first;
+    early_read_ = {};
+  }
+  drop_early_read();
   if (bytes > kReadBufferBytes) return Backend::read_later(src);  // read now
-  auto slot = std::find_if(read_slots_.begin(), read_slots_.end(), [](const ReadSlot& s) { return !s.busy; });
-  if (slot == read_slots_.end()) {
+  if (!slot) slot = free_read_slot();
+  if (!slot) {
     // More sessions than slots: one more, unless a queued read waits (a pinned allocation may wait
     // for the device); then this read happens now, or fails in wait_stream.
     if (awaits_release()) return Backend::read_later(src);
     add_read_slots(1);
-    slot = std::prev(read_slots_.end());
+    slot = &read_slots_.back();
   }
   flush();
   resume_graphs();
-  check(cudaMemcpyAsync(slot->host, src.data(), bytes, cudaMemcpyDeviceToHost, stream_), "read");
+  check(cudaMemcpyAsync(slot->host + skip, src.f32() + skip, bytes - static_cast<size_t>(skip) * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        "read");
   check(cudaEventRecord(slot->landed, stream_), "cudaEventRecord");
   slot->staged = staged_;
   slot->busy = true;

@@ -63,11 +63,11 @@ void StepRecorder::kernel(const void* func, dim3 grid, dim3 block, size_t smem, 
   recorded();
 }
 
-void StepRecorder::memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+void StepRecorder::memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool beside) {
   Node n;
   n.kind = Node::Memcpy;
-  n.dst = dst, n.src = src, n.bytes = bytes, n.copy_kind = kind;
-  pending_shape_ = mix(mix(pending_shape_, Node::Memcpy), kind);
+  n.dst = dst, n.src = src, n.bytes = bytes, n.copy_kind = kind, n.beside = beside;
+  pending_shape_ = mix(mix(mix(pending_shape_, Node::Memcpy), kind), beside);
   pending_.push_back(std::move(n));
   recorded();
 }
@@ -91,7 +91,7 @@ void StepRecorder::recorded() {
 bool StepRecorder::same_shape(const std::vector<Node>& a, const std::vector<Node>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].kind != b[i].kind || a[i].func != b[i].func || a[i].copy_kind != b[i].copy_kind ||
+    if (a[i].kind != b[i].kind || a[i].func != b[i].func || a[i].copy_kind != b[i].copy_kind || a[i].beside != b[i].beside ||
         a[i].args_end - a[i].args_begin != b[i].args_end - b[i].args_begin)
       return false;
   return true;
@@ -170,6 +170,7 @@ void StepRecorder::build(Graph& g) {
       }
     }
     g.handles.push_back(node);
+    if (n.beside) continue;  // the chain goes on from the node before it
     prev = node;
     prev_node = &n;
   }

@@ -32,7 +32,9 @@ class StepRecorder {
 
   void kernel(const void* func, dim3 grid, dim3 block, size_t smem, void** args, const size_t* arg_sizes,
               size_t n_args);
-  void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  // beside: the copy follows the node before it, but the next node does not wait for the copy
+  // (only the graph's end does): a product's first rows go to the host while the rest is formed.
+  void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool beside = false);
   void memset(void* dst, size_t bytes);
 
   // Sends what is recorded and not yet sent (nothing when nothing is); the next node begins a new
@@ -55,6 +57,7 @@ class StepRecorder {
     const void* src = nullptr;
     size_t bytes = 0;
     cudaMemcpyKind copy_kind = cudaMemcpyDefault;
+    bool beside = false;  // memcpy
   };
   struct Graph {
     std::vector<Node> nodes;
