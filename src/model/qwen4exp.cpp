@@ -299,8 +299,8 @@ class Forward {
       be_.get_rows(w_.ple_table, rows, E);
     }
     trace("ple.embd", il, E);
+    if (trace_) write_pending(R, pending);  // before the products: ple_inject reads R before its wait
     auto [key_proj, val] = mul_mats<2>({&w.key, &w.value}, E);
-    if (trace_) write_pending(R, pending);
     Tensor N = record_ ? f32(H * S, T_) : Tensor();
     for (const SeqPart& p : parts_) {  // each sequence's own conv history
       Tensor Rp = of(R, p), Np = N.empty() ? N : of(N, p);

@@ -1,8 +1,8 @@
-// CUDA hyper-connection read/write (model-spec §4.2). hc_read is the
-// grouped norm, down projection + SiLU, up projection, sigmoid-weighted stream mix and inject
-// weights. One token with four streams and matrices that have unit loaders (decode) runs it as
-// two kernels, the norm folded into both by linearity: n = R·gamma·rinv_s on stream s, so a row's
-// product with n is Σ_s rinv_s·(row·gamma·R over stream s). The first kernel takes down and inject
+// CUDA hyper-connection read/write (model-spec §4.2). hc_read is the grouped norm, down
+// projection + SiLU, up projection, sigmoid-weighted stream mix and inject weights. One token with
+// four streams and matrices that have unit loaders (decode) runs it as two kernels, the norm
+// folded into both by linearity: n = R·gamma·rinv_s on stream s, so a row's product with n is
+// Σ_s rinv_s·(row·gamma·R over stream s). The first kernel takes down and inject
 // rows a stream at a time (those per-stream dots, and Σ R² per stream); the second combines them
 // into lo and the inject weights, then takes up rows with the mix and forms n itself. A pending
 // write (hc_write_read) rides along: both kernels read R + w_s·y where they read R, and the second,
@@ -41,7 +41,6 @@ __global__ void inject_weights_kernel(float* v, int64_t n, double inv_s) {
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) v[i] = static_cast<float>(2.0 * sigmoid_d(v[i] * inv_s));
 }
-
 
 // R[t][s][d] += iw[t][s]·y[t][d] for every stream s; grid per_token_grid(H, T).
 __global__ void hc_write_kernel(float* R, const float* y, const float* iw, int64_t H, int64_t S, int64_t T) {

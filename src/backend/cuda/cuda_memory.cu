@@ -215,6 +215,7 @@ Tensor CudaBackend::alloc_raw(DType dtype, std::array<int64_t, 4> ne, bool zero)
   if (n < 0 || ne[0] < 0 || ne[1] < 0 || ne[2] < 0 || ne[3] < 0) fail("alloc: negative shape");
   size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_bytes(dtype), rounded = 0;
   void* p = pool_->get(bytes, rounded);
+  if (p == early_read_.values) drop_early_read();  // another tensor's now: its early copy is stale
   if (zero) {
     memset_async(p, bytes, stream_);
     q8_output_ = {};  // the buffer may be an earlier output's
