@@ -277,6 +277,7 @@ void check_ple_inject(const PleInjectArgs& a) {
   if (S <= 0 || W % S) fail("ple_inject: ", S, " streams do not divide ", W);
   const int64_t H = W / S, K = a.conv->ne[0];
   expect_shape(*a.R, {W, T, 1, 1}, "ple_inject", "R");
+  if (!a.y != !a.inject_w) fail("ple_inject: a pending write needs both y and inject_w");
   if (a.y) check_hc_write(*a.R, *a.y, *a.inject_w);
   expect_shape(*a.key_proj, {W, T, 1, 1}, "ple_inject", "key_proj");
   expect_shape(*a.val, {H, T, 1, 1}, "ple_inject", "val");
