@@ -156,7 +156,7 @@ __global__ void causal_conv_kernel(const float* __restrict__ x, const float* __r
 #pragma unroll
       for (int p = 0; p < kConvTaps; ++p)
         if (K - kConvTaps + p >= 0) s += static_cast<double>(wr[p]) * v[i + p];
-      out[t * C + c] = static_cast<float>(silu_d(s));
+      out[t * C + c] = conv_silu(s);
     }
   }
 }
@@ -180,7 +180,7 @@ __device__ __forceinline__ void conv_step_channel(const float* x, float* hist, c
     double s = 0;
     for (int64_t k = 0; k < K; ++k)
       s += static_cast<double>(w[c * K + k]) * conv_seq(hist, x, L, C, L + t - (K - 1 - k) * dil, c);
-    out[t * C + c] = static_cast<float>(silu_d(s));
+    out[t * C + c] = conv_silu(s);
   }
   // The new history is the last L rows of [history | x]; row j of it is row T + j of the old
   // sequence, so ascending j reads each old row before it is overwritten.
@@ -227,7 +227,7 @@ __device__ __forceinline__ void short_conv(ShortConvChannel& ch, const float* x,
 #pragma unroll
     for (int p = 0; p < kConvTaps; ++p)
       if (K - kConvTaps + p >= 0) s += static_cast<double>(ch.w[p]) * ch.v[t + p];
-    out[t * C + c] = static_cast<float>(silu_d(s));
+    out[t * C + c] = conv_silu(s);
   }
   // History row j becomes position T + j of [history | x], v[T + j + kConvTaps − 1 − L]: picked by
   // constant indices (a register array indexed at run time would go to local memory).

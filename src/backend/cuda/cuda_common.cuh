@@ -82,6 +82,10 @@ __device__ __forceinline__ double silu_d(double x) { return x * sigmoid_d(x); }
 // The same in FP32 (expf and a division: a fifth of the FP64 chain's latency).
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
+// A causal conv's output from its FP64 tap sum, the SiLU in FP32 (an FP64 exp and division a value
+// took the FP64 pipe in prefill's conv: 84 M values a GDN layer at 8K tokens). Every conv kernel
+// takes this, so decode steps and prefill runs agree bit for bit.
+__device__ __forceinline__ float conv_silu(double sum) { return silu_f(static_cast<float>(sum)); }
 
 // RoPE inverse frequencies computed on the host exactly as the reference does (FP32 pow), so the
 // FP32 angles inv_freq·pos agree bit for bit.

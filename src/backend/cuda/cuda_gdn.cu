@@ -42,7 +42,9 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_raw, cons
 }
 
 // One value of the gated norm: x·r (r = 1/rms) rounded to FP32, then w·n·gate in FP64, gate =
-// sigmoid(z).
+// sigmoid(z) in FP32 (sigmoid_f: an FP64 exp and division a value took the FP64 pipe in prefill's
+// norm, 50 M values a layer at 8K tokens; every caller takes the same gate, so a verify pass's
+// outputs still equal its one-token steps').
 __device__ __forceinline__ float gated_norm_value(float x, double r, float w, double gate) {
   const float n = static_cast<float>(x * r);
   return static_cast<float>(w * static_cast<double>(n) * gate);
@@ -64,13 +66,13 @@ __device__ __forceinline__ void gated_norm_group(const float* x, const float* z,
     const int64_t j = threadIdx.x;
     const bool holds = j < dv;  // whole warps when q8.codes is set
     const float xj = holds ? __ldcg(x + j) : 0.0f, wj = holds ? w[j] : 0.0f;
-    const double gate = holds ? sigmoid_d(z[j]) : 0.0;
+    const double gate = holds ? sigmoid_f(z[j]) : 0.0;
     const double r = inv_rms(block_sum(static_cast<double>(xj) * xj), dv, eps);
     if (holds) finish(j, gated_norm_value(xj, r, wj, gate));
     return;
   }
   const double r = block_inv_rms(x, dv, eps);
-  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) finish(j, gated_norm_value(__ldcg(x + j), r, w[j], sigmoid_d(z[j])));
+  for (int64_t j = threadIdx.x; j < dv; j += blockDim.x) finish(j, gated_norm_value(__ldcg(x + j), r, w[j], sigmoid_f(z[j])));
 }
 
 // What gdn_core adds to the scan kernel (gdn_recurrent passes none of it): gates from their raw
@@ -300,7 +302,7 @@ __global__ void __launch_bounds__(256)
                 wv[4] = {ws[k].x, ws[k].y, ws[k].z, ws[k].w};
     float v[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = gated_norm_value(xv[e], r, wv[e], sigmoid_d(zv[e]));
+    for (int e = 0; e < 4; ++e) v[e] = gated_norm_value(xv[e], r, wv[e], sigmoid_f(zv[e]));
     const int64_t q = o4 + k * 32 + lane;
     reinterpret_cast<float4*>(out)[q] = make_float4(v[0], v[1], v[2], v[3]);
     if (q8.codes) quantize_q8_0_quad(v, q / 8, q8.codes, q8.scales);

@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // codes 198.9 -> 205.2. In decode's instance (one token, up rows in registers, x8) the chain after
 // the wait (1/rms, SiLU, the sigmoids) is FP32 (rsqrtf, expf), where FP64 rsqrt, exp and divisions
 // took about 0.25 µs of dependent latency a call: H100, three paired rounds, decode 250.3 / 249.9 /
-// 250.1 -> 253.0 / 253.0 / 253.0 tok/s. The other instances keep FP64.
+// 250.1 -> 253.0 / 253.0 / 253.0 tok/s. The other instances keep FP64 (prefill's tile does not:
+// hc_up_mix_tile_kernel).
 template <typename U, bool kUnitInRegisters, int kWarps, int TB>
 __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps, int T,
@@ -514,9 +515,11 @@ __global__ void hc_lo_inject_kernel(const float* __restrict__ part, int splits, 
 // Prefill up product with the mix as its epilogue. Block (token tile, position tile) takes up rows
 // s·H + p0 + i (i < kTilePositions) of every stream s on lo's codes, so its sums are m_s of
 // kTilePositions positions × 64 tokens, and forms x = (1/S) Σ_s sigmoid(m_s)·n_s in stream order,
-// n_s = R·rinv·gamma as the norm rounded it: hc_mix_kernel's sums, without m or n in memory. The
-// tile's R rows are asked of L2 before its products, and a thread's eight tokens load theirs
-// together (one after another, the epilogue waited a memory trip per token: 241 µs a pp2048 call).
+// n_s = R·rinv·gamma: hc_mix_kernel's sums, without m or n in memory. The tile's R rows are asked
+// of L2 before its products, and a thread's eight tokens load theirs together (one after another,
+// the epilogue waited a memory trip per token: 241 µs a pp2048 call). The epilogue is FP32 (expf
+// and a division for the sigmoids, as in one-token decode): its 32 FP64 sigmoids a thread, each an
+// exp and a division, kept the FP64 pipe busy (session 39's ncu: 755 µs a pp8192 call, issue 64%).
 template <typename I>
 __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
     hc_up_mix_tile_kernel(const uint8_t* __restrict__ up, uint64_t row_bytes, int64_t r, int64_t H, int64_t T,
@@ -535,27 +538,25 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
         const float* m = tile_sums_to_shared(acc, warp_row, warp_col, g, t);
         const int i = threadIdx.x % kTilePositions, c0 = threadIdx.x / kTilePositions;
         const int64_t p = p0 + i;
-        double gam[S];
+        float gam[S];
 #pragma unroll
         for (int s = 0; s < S; ++s) gam[s] = gamma[s * H + p];
-        float Rv[kPasses][S];
-        double rv[kPasses][S];
+        float Rv[kPasses][S], rv[kPasses][S];
 #pragma unroll
         for (int k = 0; k < kPasses; ++k) {  // past n_cols, the last token's values (not stored)
           const int64_t tok = t0 + min(c0 + k * (kGemmThreads / kTilePositions), n_cols - 1);
 #pragma unroll
-          for (int s = 0; s < S; ++s) Rv[k][s] = R[tok * S * H + s * H + p], rv[k][s] = rinv[tok * S + s];
+          for (int s = 0; s < S; ++s)
+            Rv[k][s] = R[tok * S * H + s * H + p], rv[k][s] = static_cast<float>(rinv[tok * S + s]);
         }
 #pragma unroll
         for (int k = 0; k < kPasses; ++k) {
           const int c = c0 + k * (kGemmThreads / kTilePositions);
-          double mix = 0;
+          float mix = 0;
 #pragma unroll
-          for (int s = 0; s < S; ++s) {
-            const float n = static_cast<float>(Rv[k][s] * rv[k][s] * gam[s]);
-            mix += sigmoid_d(m[(s * kTilePositions + i) * kTileSumsPitch + min(c, n_cols - 1)]) * n;
-          }
-          if (c < n_cols) x[(t0 + c) * H + p] = static_cast<float>(mix / S);
+          for (int s = 0; s < S; ++s)
+            mix += sigmoid_f(m[(s * kTilePositions + i) * kTileSumsPitch + min(c, n_cols - 1)]) * (Rv[k][s] * rv[k][s] * gam[s]);
+          if (c < n_cols) x[(t0 + c) * H + p] = mix / S;
         }
       });
 }

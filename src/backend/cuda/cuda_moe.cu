@@ -594,8 +594,9 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
 // in its epilogue (the same grid over tiles as expert_gemm_int8_kernel, blockIdx.x the 32-row
 // chunk f0 of F): the tile's rows are gate rows f0 .. f0+31 then up rows f0 .. f0+31, so each
 // pair's 32 values of h are one Q8_0 chunk of the down product's activations, h8 (rows: pairs).
-// g and u are the sums expert_gemm_int8_kernel forms, h = silu(g)·u as swiglu_kernel rounds it,
-// and the chunk is quantized as quantize_q8_0_kernel does: the same codes as the three kernels.
+// g and u are the sums expert_gemm_int8_kernel forms, h = silu(g)·u in FP32 (expf and a division:
+// 16 a thread, where swiglu_kernel's FP64 exp and division took the FP64 pipe), and the chunk is
+// quantized as quantize_q8_0_kernel does.
 template <typename I>
 __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
     expert_gate_up_int8_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, uint64_t row_bytes,
@@ -619,7 +620,7 @@ __global__ void __launch_bounds__(kGemmThreads, kGemmInt8BlocksPerSm)
           float h[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            h[e] = static_cast<float>(silu_d(gu[(row0 + e) * kTileSumsPitch + c]) * gu[(32 + row0 + e) * kTileSumsPitch + c]);
+            h[e] = silu_f(gu[(row0 + e) * kTileSumsPitch + c]) * gu[(32 + row0 + e) * kTileSumsPitch + c];
           quantize_q8_0_quad(h, static_cast<int64_t>(pairs[c]) * (F / 32) + f0 / 32, h8.codes, h8.scales);
         }
       });

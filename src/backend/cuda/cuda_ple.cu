@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kPleThreads) ple_inject_kernel(PleInjectParams
       const int pos = kPleHistory - (kPleTaps - 1 - k) * kPleDilation;
       sum += static_cast<double>(taps[i][k]) * (pos < kPleHistory ? hist[i][pos] : n);
     }
-    const float conv = static_cast<float>(silu_d(sum));
+    const float conv = conv_silu(sum);
     p.R[c] = (r[i] + g[i]) + conv;
     if (p.conv_inputs) p.conv_inputs[c] = n;
 #pragma unroll
