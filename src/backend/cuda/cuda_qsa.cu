@@ -733,7 +733,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   };
   // Rows for which keep(row) is false are not requested (early_kv's new position, requested after
   // the wait). The chunk loop's requests keep every row by a constant, so they take no test: a
-  // run-time test there put a branch around each copy and recomputed its address (pp8192 −1.3%).
+  // run-time test there put a branch around each copy and recomputed its address (H100: pp8192
+  // 0.7–1.2% slower).
   auto request_kept = [&](const float* cache, const int32_t* r, float* dst, int pitch, auto keep) {
 #pragma unroll
     for (int n = 0; n < kMmaChunk * kPieces / kThreads; ++n) {
