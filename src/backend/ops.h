@@ -219,6 +219,9 @@ struct QsaAttendArgs {
   // without sel. dense_n0 is the first row's position. When every row is dense the model runs no
   // qsa_select, and sel and n_sel are null.
   int64_t dense_n0 = 0, dense_rows = 0;
+  // The weight the op after this one reads (the output projection), which a backend may ask its
+  // memory for while attention runs; a hint only (CUDA: one-token decode's combine kernel).
+  const Weight* next = nullptr;
 };
 
 // Each row's selection as a host-side qsa_attend reads it: sel's rows, or with sel null the dense

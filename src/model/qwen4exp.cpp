@@ -406,7 +406,7 @@ class Forward {
       be_.qsa_attend({.q = &q_p, .gate = &gate_p, .k_cache = &ls.k, .v_cache = &ls.v,
                       .sel = sel.empty() ? nullptr : &sel, .n_sel = n_sel.empty() ? nullptr : &n_sel,
                       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .out = &o_p,
-                      .dense_n0 = n0, .dense_rows = dense_rows});
+                      .dense_n0 = n0, .dense_rows = dense_rows, .next = &w.out});
     }
     trace("qsa.q", il, q);
     trace("qsa.k", il, k);

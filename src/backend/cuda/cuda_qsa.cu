@@ -1153,8 +1153,20 @@ void launch_dense_attend(cudaStream_t stream, const QsaAttendArgs& a, int64_t T)
 constexpr int kCombineWarps = 8, kCombineLoads = 8;
 __global__ void __launch_bounds__(32 * kCombineWarps)
     qsa_attend_combine_kernel(const float* gate, const float* part_m, const float* part_l, const float* part_o,
-                              int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8) {
+                              int64_t hd, int64_t nh, int64_t nkv, int64_t n_chunks, float* out, QuantizeTarget x8,
+                              const uint8_t* fetch, uint64_t fetch_bytes) {
   extern __shared__ float w[];  // [n_chunks]
+  // The next op's weights (QsaAttendArgs::next, fetch_bytes at fetch), asked of L2 by the whole grid
+  // before the wait, while attention runs. H100, one token, paired in three rounds: decode 263.5 /
+  // 262.7 / 262.3 -> 264.2 / 263.8 / 264.4 tok/s at depth 0, 264.1 / 264.0 / 262.4 -> 264.5 / 264.7
+  // / 264.7 at 1K. The trace puts the gain in this kernel (5.14 -> 3.78 µs of the chain a call), not
+  // in the output projection (6.6 µs either way); likely the product's blocks, which ask L2 for
+  // their rows as they start beside this kernel's end, no longer load memory while it ends. The
+  // same fetch by the GDN scan for its output projection gained nothing.
+  if (fetch) {
+    const unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    prefetch_l2(fetch, fetch_bytes, block * blockDim.x + threadIdx.x, gridDim.x * gridDim.y * gridDim.z * blockDim.x);
+  }
   __shared__ float warp_sums[kCombineWarps][32];
   const int64_t t = blockIdx.x, h = blockIdx.y, G = nh / nkv, g = h / G, hg = h % G;
   const int64_t first = (t * nkv + g) * n_chunks * G + hg;  // chunk c at first + c·G
@@ -1318,10 +1330,12 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   };
   const auto combine = [&](const AttendParts& parts) {
     const QuantizeTarget x8 = hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
+    const DeviceMatrix* next = a.next && T == 1 ? &matrix(*a.next) : nullptr;  // one token: measured there
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
            dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh), static_cast<unsigned>((hd + 31) / 32)),
            32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
-           parts.n_splits, a.out->f32(), x8);
+           parts.n_splits, a.out->f32(), x8, next ? next->data : nullptr,
+           next ? static_cast<uint64_t>(next->n_rows) * next->row_bytes : 0);
   };
   // On the tensor cores: prefill's leading dense rows by tiles of tokens, the rest a token a block;
   // decode (fewer tokens) a block per 32-position chunk of a (token, kv head)'s selection (two
