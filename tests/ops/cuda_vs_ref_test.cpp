@@ -778,32 +778,36 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
 }
 
 // hc_write_read for one to four tokens: the write rides in the two decode kernels (R read as R +
-// w·y, stored by the second), against the reference's hc_write then hc_read; the written R too.
+// w·y, stored by the second), against the reference's hc_write then hc_read; the written R too. A
+// low rank of 64 and the model's 320 (324 rows of [down; inject], more than a thread each of a
+// 256-thread block).
 TEST_F(CudaVsRef, HcWriteReadDecodePath) {
-  int64_t S = 4, H = 640, W = S * H, r = 64;
+  const int64_t S = 4, H = 640, W = S * H;
   auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 173));
-  auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 174, 0.05f));
-  auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 175, 0.5f));
   auto inject = make_weight("inject", GgmlType::Q8_0, {W, S, 1, 1}, random_values(W * S, 176, 0.05f));
-  for (int64_t T : {1, 2, 4}) {
-    auto R = random_values(W * T, 170 + T, 2.0f), y = random_values(H * T, 171 + T), w = random_values(S * T, 172, 1.5f);
-    std::vector<float> x[2], iw[2], written[2];
-    int i = 0;
-    for (Backend* be : {cuda.get(), ref.get()}) {
-      Tensor tR = upload(*be, R, {W, T, 1, 1}), ty = upload(*be, y, {H, T, 1, 1}), tw = upload(*be, w, {S, T, 1, 1});
-      Tensor tx = be->alloc_f32(H, T), tiw = be->alloc_f32(S, T);
-      be->hc_write_read(tR, ty, tw,
-                        {.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w,
-                         .n_streams = S, .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
-      x[i] = be->read_f32(tx);
-      iw[i] = be->read_f32(tiw);
-      written[i] = be->read_f32(tR);
-      ++i;
+  for (int64_t r : {64, 320}) {
+    auto down = make_weight("down", GgmlType::Q8_0, {W, r, 1, 1}, random_values(W * r, 174, 0.05f));
+    auto up = make_weight("up", GgmlType::Q8_0, {r, W, 1, 1}, random_values(r * W, 175, 0.5f));
+    for (int64_t T : {1, 2, 4}) {
+      auto R = random_values(W * T, 170 + T, 2.0f), y = random_values(H * T, 171 + T), w = random_values(S * T, 172, 1.5f);
+      std::vector<float> x[2], iw[2], written[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Tensor tR = upload(*be, R, {W, T, 1, 1}), ty = upload(*be, y, {H, T, 1, 1}), tw = upload(*be, w, {S, T, 1, 1});
+        Tensor tx = be->alloc_f32(H, T), tiw = be->alloc_f32(S, T);
+        be->hc_write_read(tR, ty, tw,
+                          {.R = &tR, .norm = &norm->w, .down = &down->w, .up = &up->w, .inject = &inject->w,
+                           .n_streams = S, .eps = 1e-6f, .x = &tx, .inject_w = &tiw});
+        x[i] = be->read_f32(tx);
+        iw[i] = be->read_f32(tiw);
+        written[i] = be->read_f32(tR);
+        ++i;
+      }
+      const std::string what = " r=" + std::to_string(r) + " T=" + std::to_string(T);
+      EXPECT_EQ(written[0], written[1]) << "R after the write" << what;
+      report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_write_read decode x" + what);
+      report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject" + what);
     }
-    const std::string what = " T=" + std::to_string(T);
-    EXPECT_EQ(written[0], written[1]) << "R after the write" << what;
-    report_close(x[0], widen(x[1]), matmul_tolerance(W), "hc_write_read decode x" + what);
-    report_close(iw[0], widen(iw[1]), matmul_tolerance(W), "hc_write_read decode inject" + what);
   }
 }
 
