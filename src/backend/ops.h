@@ -220,7 +220,7 @@ struct QsaAttendArgs {
   // qsa_select, and sel and n_sel are null.
   int64_t dense_n0 = 0, dense_rows = 0;
   // The weight the op after this one reads (the output projection), which a backend may ask its
-  // memory for while attention runs; a hint only (CUDA: one-token decode's combine kernel).
+  // memory for while attention runs; a hint only (CUDA: one-token decode without a selection).
   const Weight* next = nullptr;
 };
 

@@ -1330,7 +1330,9 @@ void CudaBackend::qsa_attend(const QsaAttendArgs& a) {
   };
   const auto combine = [&](const AttendParts& parts) {
     const QuantizeTarget x8 = hd % 32 == 0 ? q8_output(*a.out) : QuantizeTarget{};
-    const DeviceMatrix* next = a.next && T == 1 ? &matrix(*a.next) : nullptr;  // one token: measured there
+    // One token attending to its whole prefix (up to 2,051 positions: no selection), as measured;
+    // a selection's chunks (longer contexts) read more memory beside the fetch, not measured.
+    const DeviceMatrix* next = a.next && T == 1 && !a.sel ? &matrix(*a.next) : nullptr;
     launch(stream_, "qsa_attend_combine_kernel", qsa_attend_combine_kernel,
            dim3(static_cast<unsigned>(T), static_cast<unsigned>(nh), static_cast<unsigned>((hd + 31) / 32)),
            32 * kCombineWarps, static_cast<size_t>(parts.n_splits) * sizeof(float), a.gate->f32(), parts.m, parts.l, parts.o, hd, nh, nkv,
