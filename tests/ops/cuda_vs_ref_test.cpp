@@ -779,8 +779,7 @@ TEST_F(CudaVsRef, HcReadDecodePath) {
 
 // hc_write_read for one to four tokens: the write rides in the two decode kernels (R read as R +
 // w·y, stored by the second), against the reference's hc_write then hc_read; the written R too. A
-// low rank of 64 and the model's 320 (324 rows of [down; inject], more than a thread each of a
-// 256-thread block).
+// low rank of 64 and the model's 320 (up rows of 20 units, 324 rows of [down; inject]).
 TEST_F(CudaVsRef, HcWriteReadDecodePath) {
   const int64_t S = 4, H = 640, W = S * H;
   auto norm = make_weight("norm", GgmlType::F32, {W, 1, 1, 1}, random_values(W, 173));
