@@ -44,6 +44,20 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int f
   for (uint64_t line = begin + first; line < end; line += stride) asm volatile("prefetch.L2 [%0];" ::"l"(line * 128));
 }
 
+// Asks L2 for [p, p + bytes) by one bulk request (sm_90's cp.async.bulk.prefetch.L2, which the
+// copy engine splits into lines), issued by the calling thread alone; the range is rounded inward
+// to 16 bytes. Elsewhere, by this thread's line prefetches.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint64_t begin = (reinterpret_cast<uint64_t>(p) + 15) & ~uint64_t{15};
+  const uint64_t end = (reinterpret_cast<uint64_t>(p) + bytes) & ~uint64_t{15};
+  if (end > begin)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin), "r"(static_cast<uint32_t>(end - begin)) : "memory");
+#else
+  prefetch_l2(p, bytes, 0, 1);
+#endif
+}
+
 // Opts a kernel into `bytes` of dynamic shared memory (more than the default 48 KB) and the largest
 // shared-memory carveout, so that several of its blocks share an SM; call once per kernel before
 // its first launch (e.g. from a function-local static).
