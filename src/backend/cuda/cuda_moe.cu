@@ -359,9 +359,11 @@ __global__ void __launch_bounds__(32 * kGateUpWarps, 2)
   // The block's rows of slot j's expert e into L2: its rows of each matrix are one run, asked for
   // by one bulk request (thread 0 the gate's, thread 32 the up's) where every lane asked for lines
   // of its warp's rows. H100, paired, five rounds: decode 262.6 / 263.1 / 262.9 / 262.9 / 263.3 ->
-  // 264.2 / 265.0 / 264.9 / 265.4 / 265.5 tok/s; traced, the routed down kernel's chain share 9.34
-  // -> 8.92 µs a call, this kernel's level (12.95 / 12.88). The same requests for the routed down
-  // rows, the dense products', the router's and the QSA combine's fetch gained nothing.
+  // 264.2 / 265.0 / 264.9 / 265.4 / 265.5 tok/s (as landed, against its parent on another H100:
+  // 263.4 / 263.8 / 263.8 -> 264.5 / 264.5 / 265.2); traced, the routed down kernel's chain share
+  // 9.34 -> 8.92 µs a call, this kernel's level (12.95 / 12.88). The same requests for the routed
+  // down rows, the dense products', the router's and the QSA combine's fetch gained nothing; the
+  // block's share of its slot's down matrix asked for here lost 2.2%.
   const auto prefetch_rows = [&](int64_t e) {
     if (threadIdx.x % 32 != 0 || threadIdx.x >= 64) return;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * kGateUpRows, n = min(static_cast<int64_t>(kGateUpRows), F - first);
