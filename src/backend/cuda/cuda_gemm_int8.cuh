@@ -52,12 +52,14 @@ QuantizedActivations quantize_activations(CudaBackend& be, bool block256, const 
 
 // Q8_0 activations: chunk c of x by one warp (a value a lane, v), rounded as quant::quantize_q8_0
 // rounds them: d = amax/127, codes round(x·(1/d)), d kept as fp16 (the value the codes multiply).
+// Without kSum the scale's second half (d·Σ codes, which only offset formats read) is left 0.
+template <bool kSum = true>
 __device__ __forceinline__ void quantize_q8_0_value(float v, int64_t c, int8_t* __restrict__ codes, float2* __restrict__ scales) {
   const int lane = threadIdx.x % 32;
   const float d = warp_max(fabsf(v)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   const int q = static_cast<int>(roundf(v * id));
   codes[c * 32 + lane] = static_cast<int8_t>(q);
-  const int sum = warp_sum(q);
+  const int sum = kSum ? warp_sum(q) : 0;
   const float d16 = __half2float(__float2half_rn(d));
   if (lane == 0) scales[c] = make_float2(d16, d16 * static_cast<float>(sum));
 }

@@ -8,6 +8,8 @@
 // write (hc_write_read) rides along: both kernels read R + w_s·y where they read R, and the second,
 // the last to read R, stores it, so the write costs no launch of its own.
 // Otherwise each step is a kernel over all tokens.
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend_impl.cuh"
 #include "backend/cuda/cuda_gemv.cuh"
 #include "backend/cuda/cuda_gemm_stacked.cuh"
@@ -68,6 +70,7 @@ constexpr int kUpWarps = 4;  // positions per block of the up/mix kernel
 // which reads the rows for every step but holds less for each token.
 constexpr int kMaxDecodeTokens = 4;
 constexpr int64_t kMaxDecodeLo = 10240;  // floats of lo (every token's) in a block's shared memory: 40 KiB
+constexpr int kMaxUnitLo = 32 * kUnit;  // lo of up rows with a unit a lane (at most 32 units)
 
 // R and gamma over a run of 8 activations.
 struct Run8 {
@@ -266,8 +269,12 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // the wait (1/rms, SiLU, the sigmoids) is FP32 (rsqrtf, expf), where FP64 rsqrt, exp and divisions
 // took about 0.25 µs of dependent latency a call: H100, three paired rounds, decode 250.3 / 249.9 /
 // 250.1 -> 253.0 / 253.0 / 253.0 tok/s. The other instances keep FP64 (prefill's tile does not:
-// hc_up_mix_tile_kernel).
-template <typename U, bool kUnitInRegisters, int kWarps, int TB>
+// hc_up_mix_tile_kernel). With kInt8Lo (that instance on Q8_0 up rows with int8 products, r a
+// multiple of 32) the warps that form lo quantize it to Q8_0 in shared memory, a chunk a warp, and
+// the up products take dp4a on it (Int8Unit), as the decode products read their activations and as
+// the CPU backend's products read lo: four dp4a a row and unit where FP32 lo took 16 conversions
+// and 16 multiply-adds.
+template <typename U, bool kUnitInRegisters, int kWarps, int TB, bool kInt8Lo = false>
 __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps, int T,
     const float* __restrict__ part, const float* __restrict__ sumsq, float* __restrict__ R,
@@ -275,7 +282,11 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     float* __restrict__ x, float* __restrict__ inject_w, QuantizeTarget x8) {
   constexpr int S = kDecodeStreams;
   constexpr bool kFloatMath = TB == 1 && kUnitInRegisters && kWarps == 32;
+  static_assert(!kInt8Lo || (kFloatMath && std::is_same_v<U, Unit<GgmlType::Q8_0>>), "int8 lo: one token's Q8_0 up rows");
   extern __shared__ __align__(16) float lo[];  // [T][r]
+  // With kInt8Lo, lo in Q8_0 (codes and chunk scales as QuantizedX lays them out) instead.
+  __shared__ __align__(16) int8_t lo_codes[kInt8Lo ? kMaxUnitLo : 1];
+  __shared__ float2 lo_scales[kInt8Lo ? kMaxUnitLo / 32 : 1];
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, W = S * H;
   const int lane = threadIdx.x % 32;
   const uint8_t* rows[S];
@@ -344,8 +355,12 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   if (row_a_thread) {
     if (holds_row) {
       const double v = mixed(0, [&](int s) { return row_parts[s]; });
-      if (threadIdx.x < lo_size) lo[threadIdx.x] = kFloatMath ? silu_f(static_cast<float>(v)) : static_cast<float>(silu_d(v));
-      else inject_w[threadIdx.x - lo_size] = kFloatMath ? 2.0f * sigmoid_f(static_cast<float>(v)) : static_cast<float>(2.0 * sigmoid_d(v));
+      if (threadIdx.x >= lo_size)
+        inject_w[threadIdx.x - lo_size] = kFloatMath ? 2.0f * sigmoid_f(static_cast<float>(v)) : static_cast<float>(2.0 * sigmoid_d(v));
+      else if constexpr (kInt8Lo)  // whole warps (r a multiple of 32): warp w quantizes chunk w
+        quantize_q8_0_value<false>(silu_f(static_cast<float>(v)), threadIdx.x / 32, lo_codes, lo_scales);
+      else
+        lo[threadIdx.x] = kFloatMath ? silu_f(static_cast<float>(v)) : static_cast<float>(silu_d(v));
     }
   } else {
     for (int j = threadIdx.x; j < n_tokens * lo_size; j += blockDim.x)
@@ -360,7 +375,9 @@ __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
   __shared__ float chunk[TB][32];  // with x8: token t's x over the block's 32 positions
   if constexpr (TB == 1) {
     float acc[S][1] = {};
-    if (kUnitInRegisters) {
+    if constexpr (kInt8Lo) {
+      if (lane < n_units) accumulate_unit<Int8Unit<GgmlType::Q8_0>, S, 1>(raw, lane, Int8X{{lo_codes, lo_scales}, r}, 1, acc);
+    } else if (kUnitInRegisters) {
       if (lane < n_units) accumulate_unit<U, S, 1>(raw, lane, FloatX{lo, r}, 1, acc);
     } else {
       gemv_accumulate<U, S, 1>(rows, r, FloatX{lo, r}, 1, lane, 32, acc);
@@ -603,6 +620,8 @@ void CudaBackend::launch_hc_read_decode(const HcReadArgs& a, const float* y, con
     using Un = decltype(unit);
     auto* kernel = x8.codes ? (unit_in_registers ? hc_up_mix_kernel<Un, true, 32, TB> : hc_up_mix_kernel<Un, false, 32, TB>)
                             : (unit_in_registers ? hc_up_mix_kernel<Un, true, kUpWarps, TB> : hc_up_mix_kernel<Un, false, kUpWarps, TB>);
+    if constexpr (TB == 1 && std::is_same_v<Un, Unit<GgmlType::Q8_0>>)
+      if (x8.codes && unit_in_registers && r % 32 == 0 && int8_decode(up.type)) kernel = hc_up_mix_kernel<Un, true, 32, 1, true>;
     const int warps = x8.codes ? 32 : kUpWarps;
     launch(stream_, "hc_up_mix_kernel", kernel, blocks_for(H, warps), 32 * warps, r * T * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, T, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr, x8);
   });
