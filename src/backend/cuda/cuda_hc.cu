@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(kDownMaxThreads) hc_down_inject_kernel(
 // multiple of 32) the warps that form lo quantize it to Q8_0 in shared memory, a chunk a warp, and
 // the up products take dp4a on it (Int8Unit), as the decode products read their activations and as
 // the CPU backend's products read lo: four dp4a a row and unit where FP32 lo took 16 conversions
-// and 16 multiply-adds.
+// and 16 multiply-adds. H100, paired, three rounds: decode 265.1 / 265.0 / 264.5 -> 269.6 / 269.1 /
+// 269.5 tok/s. The down kernel's like form (gamma·R in Q8_0, its rows by dp4a) lost 0.4% beside it.
 template <typename U, bool kUnitInRegisters, int kWarps, int TB, bool kInt8Lo = false>
 __global__ void __launch_bounds__(32 * kWarps) hc_up_mix_kernel(
     const uint8_t* __restrict__ up, uint64_t pitch, int64_t r, int64_t n_rows, int64_t H, float eps, int T,
