@@ -621,10 +621,14 @@ void CudaBackend::launch_hc_read_decode(const HcReadArgs& a, const float* y, con
     using Un = decltype(unit);
     auto* kernel = x8.codes ? (unit_in_registers ? hc_up_mix_kernel<Un, true, 32, TB> : hc_up_mix_kernel<Un, false, 32, TB>)
                             : (unit_in_registers ? hc_up_mix_kernel<Un, true, kUpWarps, TB> : hc_up_mix_kernel<Un, false, kUpWarps, TB>);
-    if constexpr (TB == 1 && std::is_same_v<Un, Unit<GgmlType::Q8_0>>)
-      if (x8.codes && unit_in_registers && r % 32 == 0 && int8_decode(up.type)) kernel = hc_up_mix_kernel<Un, true, 32, 1, true>;
+    bool int8_lo = false;  // lo then lives in static shared memory as Q8_0: no FP32 lo to allocate
+    if constexpr (TB == 1 && std::is_same_v<Un, Unit<GgmlType::Q8_0>>) {
+      int8_lo = x8.codes && unit_in_registers && r % 32 == 0 && int8_decode(up.type);
+      if (int8_lo) kernel = hc_up_mix_kernel<Un, true, 32, 1, true>;
+    }
     const int warps = x8.codes ? 32 : kUpWarps;
-    launch(stream_, "hc_up_mix_kernel", kernel, blocks_for(H, warps), 32 * warps, r * T * sizeof(float), up.data, up.row_bytes, r, n_rows, H, a.eps, T, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr, x8);
+    const size_t lo_bytes = int8_lo ? 0 : r * T * sizeof(float);
+    launch(stream_, "hc_up_mix_kernel", kernel, blocks_for(H, warps), 32 * warps, lo_bytes, up.data, up.row_bytes, r, n_rows, H, a.eps, T, part.f32(), sumsq.f32(), R, y, write_w, gamma, a.x->f32(), inject ? a.inject_w->f32() : nullptr, x8);
   });
 }
 
