@@ -621,9 +621,11 @@ void CudaBackend::launch_hc_read_decode(const HcReadArgs& a, const float* y, con
     using Un = decltype(unit);
     auto* kernel = x8.codes ? (unit_in_registers ? hc_up_mix_kernel<Un, true, 32, TB> : hc_up_mix_kernel<Un, false, 32, TB>)
                             : (unit_in_registers ? hc_up_mix_kernel<Un, true, kUpWarps, TB> : hc_up_mix_kernel<Un, false, kUpWarps, TB>);
-    bool int8_lo = false;  // lo then lives in static shared memory as Q8_0: no FP32 lo to allocate
+    // Int8 lo lives in static shared memory as Q8_0 (no FP32 lo to allocate), formed only where the
+    // block has a thread for each row of [down; inject].
+    bool int8_lo = false;
     if constexpr (TB == 1 && std::is_same_v<Un, Unit<GgmlType::Q8_0>>) {
-      int8_lo = x8.codes && unit_in_registers && r % 32 == 0 && int8_decode(up.type);
+      int8_lo = x8.codes && unit_in_registers && r % 32 == 0 && n_rows <= 32 * 32 && int8_decode(up.type);
       if (int8_lo) kernel = hc_up_mix_kernel<Un, true, 32, 1, true>;
     }
     const int warps = x8.codes ? 32 : kUpWarps;
