@@ -2,8 +2,9 @@
 # The CPU backend beside llama.cpp's CPU build on the same GGUF files and threads: a whole prompt
 # of 256 tokens and 48 tokens decoded one at a time, logits at every position in both programs
 # (`regolith logits` and the interop peer's `llama_peer logits`, tests/interop/README.md). A
-# program's evaluation time is its wall time less that of a 3-token prompt (loading the file),
-# the median of ROUNDS rounds, the two programs alternating.
+# program's evaluation time is its wall time less that of a 3-token prompt (loading the file, from
+# the page cache: each program loads each file once untimed first), the median of ROUNDS rounds,
+# the two programs alternating.
 #   tools/cpu_vs_llama.sh BUILD_DIR FILE.gguf [FILE.gguf ...]
 # Needs BUILD_DIR's interop cache (`ctest --test-dir BUILD_DIR -R interop.mkmodel` fetches and
 # compiles it). env: THREADS (2), ROUNDS (3).
@@ -30,12 +31,22 @@ llama() {
     --backend-dir "$peer_dir/bins" --out /tmp/cpu_vs_llama.f32
 }
 median() { python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.2f}')" "$@"; }
+# row TEST: a table row of the medians of the arrays regolith_s and llama_s.
+row() {
+  local r l
+  r=$(median "${regolith_s[@]}") l=$(median "${llama_s[@]}")
+  echo "| $(basename "$file") | $1 | $r | $l | $(python3 -c "print(f'{$l / $r:.2f}×')") |"
+}
 
 short=$(tokens 3) prompt=$(tokens 256) steps=$(tokens 48)
 echo "| file | test | regolith s | llama.cpp s | llama.cpp / regolith |"
 echo "|---|---|---:|---:|---:|"
 for file in "$@"; do
   rp=() lp=() rd=() ld=()
+  # Untimed first loads: a round's 3-token load time is subtracted from its others, so the file
+  # must be in the page cache for all of them (a cold first load made a round's decode 0.15 s).
+  regolith 0 "$short" >/dev/null
+  llama 0 "$short" >/dev/null
   for _ in $(seq "$rounds"); do
     r0=$(regolith 0 "$short")
     l0=$(llama 0 "$short")
@@ -48,8 +59,8 @@ for file in "$@"; do
     t=$(llama "$l0" "$steps" --chunk 1)
     ld+=("$t")
   done
-  r=$(median "${rp[@]}") l=$(median "${lp[@]}")
-  echo "| $(basename "$file") | 256-token prompt | $r | $l | $(python3 -c "print(f'{$l / $r:.2f}×')") |"
-  r=$(median "${rd[@]}") l=$(median "${ld[@]}")
-  echo "| $(basename "$file") | 48 tokens decoded | $r | $l | $(python3 -c "print(f'{$l / $r:.2f}×')") |"
+  regolith_s=("${rp[@]}") llama_s=("${lp[@]}")
+  row "256-token prompt"
+  regolith_s=("${rd[@]}") llama_s=("${ld[@]}")
+  row "48 tokens decoded"
 done
