@@ -31,8 +31,9 @@ llama() {
     --backend-dir "$peer_dir/bins" --out /tmp/cpu_vs_llama.f32
 }
 median() { python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.2f}')" "$@"; }
-# row TEST: a table row of the medians of the arrays regolith_s and llama_s.
+# row TEST REGOLITH_TIMES LLAMA_TIMES: a table row of the medians of the two arrays (by name).
 row() {
+  local -n regolith_s=$2 llama_s=$3
   local r l
   r=$(median "${regolith_s[@]}") l=$(median "${llama_s[@]}")
   echo "| $(basename "$file") | $1 | $r | $l | $(python3 -c "print(f'{$l / $r:.2f}×')") |"
@@ -59,8 +60,6 @@ for file in "$@"; do
     t=$(llama "$l0" "$steps" --chunk 1)
     ld+=("$t")
   done
-  regolith_s=("${rp[@]}") llama_s=("${lp[@]}")
-  row "256-token prompt"
-  regolith_s=("${rd[@]}") llama_s=("${ld[@]}")
-  row "48 tokens decoded"
+  row "256-token prompt" rp lp
+  row "48 tokens decoded" rd ld
 done
